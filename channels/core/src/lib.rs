@@ -1,0 +1,97 @@
+//! The contract between channel adapters and the rest of ferroclaw.
+//!
+//! This crate owns the normalised message types ([`InboundMessage`], [`OutboundMessage`],
+//! [`ChatRoute`]) and the two traits that meet at the adapter boundary:
+//! [`Channel`] (ferroclaw → platform: deliver, edit, stream, typing) and [`Inbox`]
+//! (platform → ferroclaw: hand over one inbound message, durably).
+//!
+//! It must not know any platform type (teloxide, serenity, HTTP bodies), nor storage or the
+//! engine: adapters depend on it, never the other way round.
+
+mod message;
+mod route;
+
+pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+pub use route::{ChatKind, ChatRoute};
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// Why a delivery did not happen. The outbox worker acts on the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// Try the same message again later (network trouble, 5xx, 429, receiver down).
+    #[error("delivery failed, will retry: {reason}")]
+    Retry {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// The platform will never accept this message; it is marked failed and skipped.
+    #[error("delivery rejected: {0}")]
+    Rejected(String),
+}
+
+/// What the platform said about a delivered message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// The platform's id for the message, kept so later edits can address it.
+    pub platform_message_id: Option<String>,
+}
+
+/// One channel adapter as the rest of ferroclaw sees it.
+#[async_trait]
+pub trait Channel: Send + Sync {
+    /// The channel instance name used in routes and session keys (`cli`, `telegram`,
+    /// `webhook:NAME`).
+    fn name(&self) -> &str;
+
+    /// Deliver one bot message (a new message, or an edit when `edit_of` is set).
+    async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError>;
+
+    /// A piece of a reply that is still being generated for the inbound message
+    /// `in_reply_to`. Channels that cannot stream ignore it; the final reply is always
+    /// delivered through [`Channel::deliver`].
+    async fn stream_delta(&self, _route: &ChatRoute, _in_reply_to: &str, _delta: &str) {}
+
+    /// True once the adapter is connected to its platform (used by `/readyz`).
+    fn is_ready(&self) -> bool {
+        true
+    }
+}
+
+/// Outcome of handing an inbound message to ferroclaw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored in the journal for the first time; it will be processed exactly once.
+    New { session_key: String, journal_id: i64 },
+    /// Already in the journal (a platform redelivery or a client retry); not processed again.
+    Duplicate { session_key: String, journal_id: i64 },
+}
+
+impl Accepted {
+    pub fn session_key(&self) -> &str {
+        match self {
+            Accepted::New { session_key, .. } | Accepted::Duplicate { session_key, .. } => {
+                session_key
+            }
+        }
+    }
+    pub fn journal_id(&self) -> i64 {
+        match self {
+            Accepted::New { journal_id, .. } | Accepted::Duplicate { journal_id, .. } => {
+                *journal_id
+            }
+        }
+    }
+}
+
+/// The journal could not take the message; the adapter must not acknowledge it upstream.
+#[derive(Debug, thiserror::Error)]
+#[error("inbox unavailable: {0}")]
+pub struct InboxError(pub String);
+
+/// Where adapters hand inbound messages. Returning `Ok` means the message is durable.
+#[async_trait]
+pub trait Inbox: Send + Sync {
+    async fn accept(&self, message: InboundMessage) -> Result<Accepted, InboxError>;
+}

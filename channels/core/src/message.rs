@@ -1,0 +1,78 @@
+//! The normalised inbound and outbound messages every adapter speaks.
+
+use crate::ChatRoute;
+use serde::{Deserialize, Serialize};
+
+/// Who sent an inbound message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// One platform message, normalised. `(route.channel, platform_message_id)` is unique: the
+/// journal uses it to process each platform message at most once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    pub route: ChatRoute,
+    pub sender: Sender,
+    /// The platform's id for this message, unique within the conversation's channel.
+    pub platform_message_id: String,
+    pub text: String,
+    /// The bot was mentioned (or replied to) in a group.
+    #[serde(default)]
+    pub mentioned: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+}
+
+/// What a bot message is, for channels that show kinds differently (webhook `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboundKind {
+    Reply,
+    Plan,
+    Announce,
+    Status,
+    Error,
+}
+
+impl OutboundKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboundKind::Reply => "reply",
+            OutboundKind::Plan => "plan",
+            OutboundKind::Announce => "announce",
+            OutboundKind::Status => "status",
+            OutboundKind::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "reply" => OutboundKind::Reply,
+            "plan" => OutboundKind::Plan,
+            "announce" => OutboundKind::Announce,
+            "status" => OutboundKind::Status,
+            "error" => OutboundKind::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// One bot message taken from the outbox, to be delivered in order within its conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboundMessage {
+    /// Outbox id; increases with every message, so it is also the per-conversation sequence.
+    pub id: i64,
+    pub route: ChatRoute,
+    pub kind: OutboundKind,
+    pub text: String,
+    /// The inbound platform message this answers, when there is one.
+    pub in_reply_to: Option<String>,
+    /// The outbox id of the message this one edits (replaces), when it is an edit.
+    pub edit_of: Option<i64>,
+    /// The platform id of the edited message, once known (for platforms that edit by id).
+    pub edit_platform_id: Option<String>,
+}

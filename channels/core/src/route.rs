@@ -1,0 +1,84 @@
+//! Where a conversation lives on its platform, and the session key derived from it.
+
+use serde::{Deserialize, Serialize};
+
+/// The shape of a conversation; decides the session key layout (SPEC section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatKind {
+    /// A one-to-one chat with a user (`...:dm:<chat id>`).
+    Direct,
+    /// A group, guild channel or forum (`...:group:<chat id>[:thread:<id>]`).
+    Group,
+    /// A named conversation with no platform notion of DM/group: webhook conversations and
+    /// terminal sessions (`...:<chat id>[:thread:<id>]`).
+    Conversation,
+}
+
+/// The exact chat and thread a message came from or goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatRoute {
+    /// Channel instance name: `cli`, `telegram`, `discord`, `webhook:NAME`.
+    pub channel: String,
+    pub kind: ChatKind,
+    pub chat_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+}
+
+impl ChatRoute {
+    /// The stable session key for this route (SPEC section 3).
+    pub fn session_key(&self) -> String {
+        let mut key = match self.kind {
+            ChatKind::Direct => format!("agent:main:{}:dm:{}", self.channel, self.chat_id),
+            ChatKind::Group => format!("agent:main:{}:group:{}", self.channel, self.chat_id),
+            ChatKind::Conversation => format!("agent:main:{}:{}", self.channel, self.chat_id),
+        };
+        if let Some(thread) = &self.thread_id {
+            key.push_str(":thread:");
+            key.push_str(thread);
+        }
+        key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(channel: &str, kind: ChatKind, chat: &str, thread: Option<&str>) -> ChatRoute {
+        ChatRoute {
+            channel: channel.into(),
+            kind,
+            chat_id: chat.into(),
+            thread_id: thread.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn session_keys_follow_the_spec_table() {
+        let cases = [
+            (route("telegram", ChatKind::Direct, "7", None), "agent:main:telegram:dm:7"),
+            (
+                route("telegram", ChatKind::Group, "-100", None),
+                "agent:main:telegram:group:-100",
+            ),
+            (
+                route("telegram", ChatKind::Group, "-100", Some("4")),
+                "agent:main:telegram:group:-100:thread:4",
+            ),
+            (
+                route("webhook:support", ChatKind::Conversation, "c-42", None),
+                "agent:main:webhook:support:c-42",
+            ),
+            (
+                route("webhook:support", ChatKind::Conversation, "c-42", Some("t1")),
+                "agent:main:webhook:support:c-42:thread:t1",
+            ),
+            (route("cli", ChatKind::Conversation, "default", None), "agent:main:cli:default"),
+        ];
+        for (route, expected) in cases {
+            assert_eq!(route.session_key(), expected);
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Delivery of bot messages to a webhook's `callback_url`, signed like inbound requests.
+
+use async_trait::async_trait;
+use ferroclaw_channel_core::{Channel, Delivered, DeliveryError, OutboundMessage};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub struct WebhookChannel {
+    name: String,
+    secret: SecretString,
+    callback_url: Option<String>,
+    http: reqwest::Client,
+}
+
+impl WebhookChannel {
+    /// `callback_url` empty: messages are only kept for the list and event endpoints.
+    pub fn new(webhook: &str, secret: SecretString, callback_url: &str, http: reqwest::Client) -> Self {
+        WebhookChannel {
+            name: crate::channel_name(webhook),
+            secret,
+            callback_url: (!callback_url.is_empty()).then(|| callback_url.to_string()),
+            http,
+        }
+    }
+}
+
+/// The JSON form of a bot message (callback body and list entry).
+pub(crate) fn payload(message: &OutboundMessage, with_seq: bool) -> Value {
+    let mut value = json!({
+        "conversation_id": message.route.chat_id,
+        "thread_id": message.route.thread_id,
+        "id": message.id.to_string(),
+        "kind": message.kind.as_str(),
+        "text": message.text,
+        "in_reply_to": message.in_reply_to,
+        "edit_of": message.edit_of.map(|id| id.to_string()),
+    });
+    if with_seq {
+        value["seq"] = json!(message.id);
+    }
+    value
+}
+
+#[async_trait]
+impl Channel for WebhookChannel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        let delivered = Delivered {
+            platform_message_id: Some(message.id.to_string()),
+        };
+        let Some(url) = &self.callback_url else {
+            return Ok(delivered);
+        };
+        let body = serde_json::to_vec(&payload(message, true)).expect("JSON values serialise");
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let signature = crate::sign(self.secret.expose_secret().as_bytes(), timestamp, &body);
+        let response = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("x-ferroclaw-timestamp", timestamp.to_string())
+            .header("x-ferroclaw-signature", signature)
+            .timeout(Duration::from_secs(15))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| DeliveryError::Retry {
+                reason: if e.is_timeout() { "callback timed out".into() } else { "callback unreachable".into() },
+                retry_after: None,
+            })?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(delivered)
+        } else {
+            Err(DeliveryError::Retry {
+                reason: format!("callback answered HTTP {}", status.as_u16()),
+                retry_after: None,
+            })
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! `POST /v1/webhooks/NAME/messages` and `GET /v1/webhooks/NAME/conversations/ID/messages`.
+
+use crate::signature::{self, SignatureError};
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, OutboundMessage, Sender};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Reads the bot messages of one conversation (backed by the outbox).
+#[async_trait]
+pub trait MessageLog: Send + Sync {
+    async fn conversation(
+        &self,
+        channel: &str,
+        conversation_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboundMessage>, String>;
+}
+
+/// One configured webhook name.
+pub struct WebhookEndpoint {
+    pub secret: SecretString,
+}
+
+struct AppState {
+    endpoints: HashMap<String, WebhookEndpoint>,
+    inbox: Arc<dyn Inbox>,
+    log: Arc<dyn MessageLog>,
+    max_body_bytes: usize,
+}
+
+/// The webhook routes, to merge into the service's router.
+pub fn router(
+    endpoints: HashMap<String, WebhookEndpoint>,
+    inbox: Arc<dyn Inbox>,
+    log: Arc<dyn MessageLog>,
+    max_body_bytes: usize,
+) -> Router {
+    let state = Arc::new(AppState {
+        endpoints,
+        inbox,
+        log,
+        max_body_bytes,
+    });
+    Router::new()
+        .route("/v1/webhooks/{name}/messages", post(post_message))
+        .route(
+            "/v1/webhooks/{name}/conversations/{conversation}/messages",
+            get(list_messages),
+        )
+        .with_state(state)
+}
+
+/// An error answer: `{"error": "..."}` with a status.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({"error": self.1}))).into_response()
+    }
+}
+
+fn err(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError(status, message.into())
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+async fn post_message(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let endpoint = state
+        .endpoints
+        .get(&name)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))?;
+    let body = axum::body::to_bytes(body, state.max_body_bytes).await.map_err(|_| {
+        err(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds {} bytes", state.max_body_bytes),
+        )
+    })?;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    signature::verify(
+        endpoint.secret.expose_secret().as_bytes(),
+        header("x-ferroclaw-timestamp"),
+        header("x-ferroclaw-signature"),
+        &body,
+        now_secs(),
+    )
+    .map_err(|e: SignatureError| err(StatusCode::UNAUTHORIZED, e.message()))?;
+
+    let message = parse_body(&name, &body).map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
+    let message_id = message.platform_message_id.clone();
+    let accepted = state
+        .inbox
+        .accept(message)
+        .await
+        .map_err(|e| {
+            tracing::error!(webhook = %name, error = %e, "could not journal webhook message");
+            err(StatusCode::SERVICE_UNAVAILABLE, "the message could not be stored; retry later")
+        })?;
+    let (status, word) = match &accepted {
+        Accepted::New { .. } => (StatusCode::ACCEPTED, "accepted"),
+        Accepted::Duplicate { .. } => (StatusCode::OK, "duplicate"),
+    };
+    Ok((
+        status,
+        axum::Json(json!({
+            "status": word,
+            "message_id": message_id,
+            "session_key": accepted.session_key(),
+        })),
+    )
+        .into_response())
+}
+
+/// Validate the JSON body; the error names the offending field.
+pub(crate) fn parse_body(name: &str, body: &[u8]) -> Result<InboundMessage, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
+    let object = value.as_object().ok_or("body must be a JSON object")?;
+    let string = |field: &str| -> Result<String, String> {
+        match object.get(field) {
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+            Some(Value::String(_)) => Err(format!("field `{field}` must not be empty")),
+            Some(_) => Err(format!("field `{field}` must be a string")),
+            None => Err(format!("missing field `{field}`")),
+        }
+    };
+    let conversation_id = string("conversation_id")?;
+    let message_id = string("message_id")?;
+    let text = match object.get("text") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err("field `text` must be a string".into()),
+        None => return Err("missing field `text`".into()),
+    };
+    let thread_id = match object.get("thread_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => return Err("field `thread_id` must be a non-empty string or null".into()),
+    };
+    let sender = match object.get("sender") {
+        Some(Value::Object(sender)) => {
+            let id = match sender.get("id") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                Some(_) => return Err("field `sender.id` must be a non-empty string".into()),
+                None => return Err("missing field `sender.id`".into()),
+            };
+            let name = match sender.get("name") {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(_) => return Err("field `sender.name` must be a string".into()),
+            };
+            Sender { id, name }
+        }
+        Some(_) => return Err("field `sender` must be an object".into()),
+        None => return Err("missing field `sender`".into()),
+    };
+    Ok(InboundMessage {
+        route: ChatRoute {
+            channel: crate::channel_name(name),
+            kind: ChatKind::Conversation,
+            chat_id: conversation_id,
+            thread_id,
+        },
+        sender,
+        platform_message_id: message_id,
+        text,
+        mentioned: true,
+        reply_to: None,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+async fn list_messages(
+    State(state): State<Arc<AppState>>,
+    Path((name, conversation)): Path<(String, String)>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let endpoint = state
+        .endpoints
+        .get(&name)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))?;
+    check_bearer(&headers, &endpoint.secret)?;
+    let messages = state
+        .log
+        .conversation(
+            &crate::channel_name(&name),
+            &conversation,
+            query.after.unwrap_or(0),
+            query.limit.unwrap_or(100).clamp(1, 1000),
+        )
+        .await
+        .map_err(|e| {
+            tracing::error!(webhook = %name, error = %e, "could not read conversation");
+            err(StatusCode::SERVICE_UNAVAILABLE, "messages unavailable; retry later")
+        })?;
+    let list: Vec<Value> = messages.iter().map(|m| crate::callback::payload(m, true)).collect();
+    Ok(axum::Json(json!({"messages": list})).into_response())
+}
+
+fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(secret.expose_secret().as_bytes())) {
+        Ok(())
+    } else {
+        Err(err(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_errors_name_the_field() {
+        let cases = [
+            (r#"{"#, "malformed JSON"),
+            (r#"[]"#, "JSON object"),
+            (r#"{"message_id":"m","sender":{"id":"u"},"text":"hi"}"#, "`conversation_id`"),
+            (r#"{"conversation_id":"c","sender":{"id":"u"},"text":"hi"}"#, "`message_id`"),
+            (r#"{"conversation_id":"c","message_id":"m","text":"hi"}"#, "`sender`"),
+            (r#"{"conversation_id":"c","message_id":"m","sender":{},"text":"hi"}"#, "`sender.id`"),
+            (r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"}}"#, "`text`"),
+            (r#"{"conversation_id":1,"message_id":"m","sender":{"id":"u"},"text":"x"}"#, "`conversation_id`"),
+            (r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"},"text":"x","thread_id":5}"#, "`thread_id`"),
+        ];
+        for (body, expected) in cases {
+            let err = parse_body("w", body.as_bytes()).unwrap_err();
+            assert!(err.contains(expected), "{body} gave {err}");
+        }
+        let ok = parse_body(
+            "w",
+            br#"{"conversation_id":"c-42","thread_id":"t","message_id":"m-1","sender":{"id":"u-7","name":"Alice"},"text":"hello"}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.route.session_key(), "agent:main:webhook:w:c-42:thread:t");
+        assert_eq!(ok.sender.name, "Alice");
+    }
+}

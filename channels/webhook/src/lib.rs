@@ -1,0 +1,19 @@
+//! The generic signed webhook channel (SPEC section 5, Webhook).
+//!
+//! Owns the HTTP surface under `/v1/webhooks/NAME/...` (signature check, body validation,
+//! answers), the signed callback delivery, and the conversation message list. It hands
+//! inbound messages to an [`Inbox`] and reads bot messages from a [`MessageLog`]; it does
+//! not know storage, sessions or the engine.
+
+mod callback;
+mod ingress;
+mod signature;
+
+pub use callback::WebhookChannel;
+pub use ingress::{MessageLog, WebhookEndpoint, router};
+pub use signature::{sign, verify};
+
+/// Channel instance name for webhook `name` (`webhook:NAME`).
+pub fn channel_name(name: &str) -> String {
+    format!("webhook:{name}")
+}

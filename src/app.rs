@@ -1,0 +1,155 @@
+//! Wiring: builds the store, providers, engine, lanes, ingress and delivery workers from a
+//! loaded configuration and a set of channel adapters, and tears them down in order.
+//! `serve` and `chat` share it, so both run the exact same message path.
+
+use crate::config::{Config, LoadedConfig, ProviderKind};
+use crate::engine::{ChannelMap, Engine};
+use crate::ingress::Ingress;
+use crate::lanes::Lanes;
+use crate::outbox::{DeliveryWorker, OutboxNotifier};
+use crate::providers::{FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
+use crate::storage::{self, Store};
+use anyhow::Context;
+use ferroclaw_channel_core::Channel;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub ingress: Arc<Ingress>,
+    pub lanes: Lanes,
+    pub channels: ChannelMap,
+    workers: Vec<Arc<DeliveryWorker>>,
+    worker_tracker: TaskTracker,
+    workers_cancel: CancellationToken,
+}
+
+impl App {
+    /// Connect and migrate the store, then start one delivery worker per channel.
+    pub async fn build(loaded: &LoadedConfig, channels: Vec<Arc<dyn Channel>>) -> anyhow::Result<App> {
+        let config = Arc::new(loaded.config.clone());
+        let store = storage::connect(&config.storage.url)
+            .await
+            .context("cannot open the database named by storage.url")?;
+        store.migrate().await.context("database migration failed")?;
+        Self::with_store(loaded, store, channels)
+    }
+
+    /// [`App::build`] with an already migrated store.
+    pub fn with_store(
+        loaded: &LoadedConfig,
+        store: Arc<dyn Store>,
+        channels: Vec<Arc<dyn Channel>>,
+    ) -> anyhow::Result<App> {
+        let config = Arc::new(loaded.config.clone());
+        let chain = Arc::new(build_chain(loaded)?);
+        let channel_map: ChannelMap = channels.iter().map(|c| (c.name().to_string(), c.clone())).collect();
+        let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
+        let engine = Arc::new(Engine::new(
+            store.clone(),
+            chain,
+            config.clone(),
+            channel_map.clone(),
+            notifier.clone(),
+        ));
+        let lanes = Lanes::new(engine, CancellationToken::new());
+        let ingress = Arc::new(Ingress::new(store.clone(), lanes.clone()));
+        let workers_cancel = CancellationToken::new();
+        let worker_tracker = TaskTracker::new();
+        let mut workers = Vec::new();
+        for channel in channels {
+            let worker = Arc::new(DeliveryWorker::new(store.clone(), channel, &notifier));
+            worker_tracker.spawn(worker.clone().run(workers_cancel.child_token()));
+            workers.push(worker);
+        }
+        Ok(App {
+            config,
+            store,
+            ingress,
+            lanes,
+            channels: channel_map,
+            workers,
+            worker_tracker,
+            workers_cancel,
+        })
+    }
+
+    /// Queue the journal entries left unanswered by an earlier run (for this app's channels).
+    pub async fn recover(&self) -> anyhow::Result<usize> {
+        let names: Vec<String> = self.channels.keys().cloned().collect();
+        Ok(self.ingress.recover(&names).await?)
+    }
+
+    /// Deliver everything due now, on every channel.
+    pub async fn flush_outbox(&self) {
+        for worker in &self.workers {
+            if let Err(err) = worker.pass().await {
+                tracing::warn!(error = %err, "outbox flush failed");
+            }
+        }
+    }
+
+    /// Finish running turns within `grace` (abort the rest), flush the outbox, stop workers.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.lanes.shutdown(grace).await;
+        self.workers_cancel.cancel();
+        self.worker_tracker.close();
+        if tokio::time::timeout(grace.max(Duration::from_secs(1)), self.worker_tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("outbox flush did not finish in time; undelivered messages go out after restart");
+        }
+    }
+}
+
+/// Build providers for every configured provider with its key, then the chain.
+pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
+    let config = &loaded.config;
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("cannot build the HTTP client")?;
+    let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
+    let mut unusable = HashMap::new();
+    for (name, provider) in &config.providers {
+        if loaded.unusable_providers.contains(name) {
+            let var = provider.api_key_env.as_deref().unwrap_or("");
+            unusable.insert(name.clone(), format!("provider `{name}` needs its API key in {var}"));
+            continue;
+        }
+        let key = loaded.secrets.provider_keys.get(name).cloned().flatten();
+        match provider.kind {
+            ProviderKind::Openai => {
+                providers.insert(
+                    name.clone(),
+                    Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key)),
+                );
+            }
+            ProviderKind::Anthropic => {
+                unusable.insert(
+                    name.clone(),
+                    format!("provider `{name}`: the anthropic protocol is not supported by this build yet"),
+                );
+            }
+        }
+    }
+    let fallbacks = config
+        .agent
+        .fallbacks
+        .iter()
+        .filter_map(|m| ModelRef::parse(m))
+        .collect();
+    Ok(FallbackChain::new(
+        providers,
+        unusable,
+        fallbacks,
+        config.fallback.retries_per_model,
+        Duration::from_secs(config.fallback.cooldown_secs),
+        Duration::from_secs(config.fallback.request_timeout_secs),
+    ))
+}

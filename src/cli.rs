@@ -1,0 +1,56 @@
+//! Command-line interface (clap): `serve`, `chat`, `config check`, `migrate`.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "ferroclaw", version, about = "Self-hosted chat-channel bot service")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `-c FILE`, shared by every subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConfigArg {
+    /// Configuration file (default ./config.toml; built-in defaults when it does not exist)
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    /// The path to load and whether the user named it explicitly.
+    pub fn path(&self) -> (PathBuf, bool) {
+        match &self.config {
+            Some(path) => (path.clone(), true),
+            None => (PathBuf::from("config.toml"), false),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: HTTP server, enabled channels, workers
+    Serve(ConfigArg),
+    /// Chat with the agent in the terminal (reads stdin line by line; works piped)
+    Chat {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Session name (the session key is agent:main:cli:NAME)
+        #[arg(long, default_value = "default")]
+        session: String,
+    },
+    /// Configuration tools
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Apply database migrations and exit
+    Migrate(ConfigArg),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the configuration and print it with secrets redacted (exit 2 when invalid)
+    Check(ConfigArg),
+}

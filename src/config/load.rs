@@ -1,0 +1,289 @@
+//! Loading: file → environment overlay → typed tree → validation → resolved secrets.
+
+use super::schema::{Config, TelegramMode};
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::SecretString;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One configuration problem, always naming the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Everything wrong with a configuration, one [`Problem`] per line.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "config error: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Secrets read from the environment variables that `*_env` keys name.
+#[derive(Default)]
+pub struct Secrets {
+    /// Provider name → API key (None: no key configured, the provider is called without one).
+    pub provider_keys: BTreeMap<String, Option<SecretString>>,
+    pub telegram_token: Option<SecretString>,
+    pub discord_token: Option<SecretString>,
+    pub webhook_secrets: BTreeMap<String, SecretString>,
+    pub admin_token: Option<SecretString>,
+}
+
+/// A validated configuration with its secrets resolved.
+pub struct LoadedConfig {
+    pub config: Config,
+    pub secrets: Secrets,
+    /// The file the configuration came from (None: built-in defaults).
+    pub source: Option<PathBuf>,
+    /// Provider names whose key variable is unset; they are skipped at startup.
+    pub unusable_providers: Vec<String>,
+    /// Non-fatal remarks for the operator (one line each).
+    pub warnings: Vec<String>,
+}
+
+/// Load the configuration. `explicit` is true when the user named the file with `-c`; a
+/// missing default `./config.toml` means built-in defaults, a missing named file is an error.
+pub fn load(path: &Path, explicit: bool) -> Result<LoadedConfig, ConfigError> {
+    let env = |name: &str| std::env::var(name).ok();
+    load_with(path, explicit, &env)
+}
+
+/// [`load`] with an injectable environment (the overlay always reads the process env).
+pub fn load_with(
+    path: &Path,
+    explicit: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigError> {
+    let mut figment = Figment::new();
+    let source = if path.exists() {
+        if let Err(err) = std::fs::read_to_string(path) {
+            return Err(single("-c", format!("cannot read {}: {err}", path.display())));
+        }
+        figment = figment.merge(Toml::file_exact(path));
+        Some(path.to_path_buf())
+    } else if explicit {
+        return Err(single("-c", format!("{} does not exist", path.display())));
+    } else {
+        None
+    };
+    figment = figment.merge(Env::prefixed("FERROCLAW__").split("__"));
+
+    let config: Config = figment.extract().map_err(|err| ConfigError {
+        problems: err.into_iter().map(figment_problem).collect(),
+    })?;
+
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    let secrets = validate(&config, env, &mut problems, &mut warnings);
+    if !problems.is_empty() {
+        return Err(ConfigError { problems });
+    }
+    let unusable_providers = secrets
+        .provider_keys
+        .iter()
+        .filter(|(name, key)| key.is_none() && config.providers[*name].api_key_env.is_some())
+        .map(|(name, _)| name.clone())
+        .collect();
+    Ok(LoadedConfig {
+        config,
+        secrets,
+        source,
+        unusable_providers,
+        warnings,
+    })
+}
+
+fn single(key: &str, message: String) -> ConfigError {
+    ConfigError {
+        problems: vec![Problem {
+            key: key.into(),
+            message,
+        }],
+    }
+}
+
+fn figment_problem(err: figment::Error) -> Problem {
+    use figment::error::Kind;
+    let mut path = err.path.clone();
+    let message = match &err.kind {
+        Kind::UnknownField(field, _) => {
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
+            "unknown key".to_string()
+        }
+        Kind::MissingField(field) => {
+            path.push(field.to_string());
+            "missing required key".to_string()
+        }
+        other => other.to_string(),
+    };
+    let origin = err
+        .metadata
+        .as_ref()
+        .map(|m| format!(" (from {})", m.name))
+        .unwrap_or_default();
+    let key = if path.is_empty() {
+        "<root>".into()
+    } else {
+        path.join(".")
+    };
+    Problem {
+        key,
+        message: format!("{message}{origin}"),
+    }
+}
+
+fn validate(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+    warnings: &mut Vec<String>,
+) -> Secrets {
+    let mut problem = |key: &str, message: String| {
+        problems.push(Problem {
+            key: key.into(),
+            message,
+        })
+    };
+    let secret = |name: &str| env(name).filter(|v| !v.is_empty()).map(SecretString::from);
+
+    if config.server.listen.parse::<std::net::SocketAddr>().is_err() {
+        problem(
+            "server.listen",
+            format!("`{}` is not an address like 127.0.0.1:8787", config.server.listen),
+        );
+    }
+    if config.server.max_body_bytes == 0 {
+        problem("server.max_body_bytes", "must be greater than 0".into());
+    }
+    let url = &config.storage.url;
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        problem(
+            "storage.url",
+            "must start with sqlite:, postgres:// or postgresql://".into(),
+        );
+    }
+
+    let mut check_model = |key: &str, model: &str| match model.split_once('/') {
+        Some((provider, id)) if !id.is_empty() => {
+            if !config.providers.contains_key(provider) {
+                problem(
+                    key,
+                    format!("unknown provider `{provider}` (configured: {})", provider_list(config)),
+                );
+            }
+        }
+        _ => problem(key, format!("`{model}` is not of the form <provider>/<model id>")),
+    };
+    check_model("agent.model", &config.agent.model);
+    for (i, model) in config.agent.fallbacks.iter().enumerate() {
+        check_model(&format!("agent.fallbacks[{i}]"), model);
+    }
+    if config.agent.max_iterations == 0 {
+        problem("agent.max_iterations", "must be at least 1".into());
+    }
+    if config.agent.max_context_tokens < 1000 {
+        problem("agent.max_context_tokens", "must be at least 1000".into());
+    }
+    if config.sandbox.cpus <= 0.0 {
+        problem("sandbox.cpus", "must be greater than 0".into());
+    }
+
+    let mut secrets = Secrets::default();
+    for (name, provider) in &config.providers {
+        let key = provider.api_key_env.as_deref().and_then(secret);
+        if let (Some(var), None) = (&provider.api_key_env, &key) {
+            warnings.push(format!(
+                "provider `{name}` skipped: environment variable {var} (providers.{name}.api_key_env) is not set"
+            ));
+        }
+        secrets.provider_keys.insert(name.clone(), key);
+    }
+
+    let telegram = &config.channels.telegram;
+    if telegram.enabled {
+        secrets.telegram_token = secret(&telegram.token_env);
+        if secrets.telegram_token.is_none() {
+            problem(
+                "channels.telegram.token_env",
+                format!("environment variable {} is not set", telegram.token_env),
+            );
+        }
+        if telegram.mode == TelegramMode::Webhook && config.server.public_url.is_empty() {
+            problem(
+                "server.public_url",
+                "must be set when channels.telegram.mode = \"webhook\"".into(),
+            );
+        }
+    }
+    let discord = &config.channels.discord;
+    if discord.enabled {
+        secrets.discord_token = secret(&discord.token_env);
+        if secrets.discord_token.is_none() {
+            problem(
+                "channels.discord.token_env",
+                format!("environment variable {} is not set", discord.token_env),
+            );
+        }
+    }
+    for (name, hook) in &config.channels.webhook {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            problem(
+                &format!("channels.webhook.{name}"),
+                "webhook names may hold only letters, digits, '-' and '_'".into(),
+            );
+        }
+        match secret(&hook.secret_env) {
+            Some(value) => {
+                secrets.webhook_secrets.insert(name.clone(), value);
+            }
+            None => problem(
+                &format!("channels.webhook.{name}.secret_env"),
+                format!("environment variable {} is not set", hook.secret_env),
+            ),
+        }
+        if !hook.callback_url.is_empty() && !hook.callback_url.starts_with("http") {
+            problem(
+                &format!("channels.webhook.{name}.callback_url"),
+                "must be an http:// or https:// URL".into(),
+            );
+        }
+    }
+    if !config.server.admin_token_env.is_empty() {
+        secrets.admin_token = secret(&config.server.admin_token_env);
+    }
+    secrets
+}
+
+fn provider_list(config: &Config) -> String {
+    let names: Vec<&str> = config.providers.keys().map(String::as_str).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}

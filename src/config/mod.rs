@@ -1,0 +1,14 @@
+//! The one typed configuration tree (SPEC section 2).
+//!
+//! Owns loading (TOML file, then the `FERROCLAW__SECTION__KEY` environment overlay, layered
+//! by `figment`), validation into typed values, secret resolution (`*_env` keys name the
+//! variable holding the secret; values are wrapped in [`secrecy::SecretString`]) and the
+//! redacted rendering printed by `config check`. It does not start anything.
+
+mod load;
+mod render;
+mod schema;
+
+pub use load::{ConfigError, LoadedConfig, Problem, load};
+pub use render::render_redacted;
+pub use schema::*;

@@ -1,0 +1,319 @@
+//! The shape of `config.toml`, with every default. Unknown keys are rejected.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub agent: AgentConfig,
+    #[serde(default = "default_providers")]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub fallback: FallbackConfig,
+    pub subagents: SubagentsConfig,
+    pub sandbox: SandboxConfig,
+    pub tools: ToolsConfig,
+    pub channels: ChannelsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            storage: StorageConfig::default(),
+            agent: AgentConfig::default(),
+            providers: default_providers(),
+            fallback: FallbackConfig::default(),
+            subagents: SubagentsConfig::default(),
+            sandbox: SandboxConfig::default(),
+            tools: ToolsConfig::default(),
+            channels: ChannelsConfig::default(),
+        }
+    }
+}
+
+fn default_providers() -> BTreeMap<String, ProviderConfig> {
+    let mut providers = BTreeMap::new();
+    providers.insert(
+        "openai".to_string(),
+        ProviderConfig {
+            kind: ProviderKind::Openai,
+            base_url: Some("https://api.openai.com/v1".into()),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+        },
+    );
+    providers.insert(
+        "anthropic".to_string(),
+        ProviderConfig {
+            kind: ProviderKind::Anthropic,
+            base_url: Some("https://api.anthropic.com".into()),
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+        },
+    );
+    providers
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub public_url: String,
+    pub admin_token_env: String,
+    pub shutdown_grace_secs: u64,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8787".into(),
+            public_url: String::new(),
+            admin_token_env: "FERROCLAW_ADMIN_TOKEN".into(),
+            shutdown_grace_secs: 20,
+            max_body_bytes: 262_144,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    pub url: String,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            url: "sqlite://ferroclaw.db".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    pub system_prompt: String,
+    pub model: String,
+    pub fallbacks: Vec<String>,
+    pub max_iterations: u32,
+    pub max_context_tokens: u32,
+    pub workspace: String,
+    pub max_input_chars: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            system_prompt: "You are a helpful assistant.".into(),
+            model: "openai/gpt-4.1-mini".into(),
+            fallbacks: Vec::new(),
+            max_iterations: 24,
+            max_context_tokens: 100_000,
+            workspace: "./workspace".into(),
+            max_input_chars: 32_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    #[serde(default = "default_provider_kind")]
+    pub kind: ProviderKind,
+    /// Defaults by kind: OpenAI's or Anthropic's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The variable holding the API key. Unset: the provider is called without a key
+    /// (Ollama, llama.cpp, vLLM on loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+fn default_provider_kind() -> ProviderKind {
+    ProviderKind::Openai
+}
+
+impl ProviderConfig {
+    pub fn base_url(&self) -> &str {
+        match (&self.base_url, self.kind) {
+            (Some(url), _) => url,
+            (None, ProviderKind::Openai) => "https://api.openai.com/v1",
+            (None, ProviderKind::Anthropic) => "https://api.anthropic.com",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FallbackConfig {
+    pub retries_per_model: u32,
+    pub cooldown_secs: u64,
+    pub request_timeout_secs: u64,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        FallbackConfig {
+            retries_per_model: 2,
+            cooldown_secs: 60,
+            request_timeout_secs: 120,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubagentsConfig {
+    pub max_depth: u32,
+    pub max_children: u32,
+    pub max_concurrent: u32,
+    pub run_timeout_secs: u64,
+}
+
+impl Default for SubagentsConfig {
+    fn default() -> Self {
+        SubagentsConfig {
+            max_depth: 3,
+            max_children: 5,
+            max_concurrent: 8,
+            run_timeout_secs: 600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    pub enabled: bool,
+    pub image: String,
+    pub network: String,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    pub timeout_secs: u64,
+    pub docker_host: String,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            enabled: false,
+            image: "debian:bookworm-slim".into(),
+            network: "none".into(),
+            memory_mb: 512,
+            cpus: 1.0,
+            pids_limit: 100,
+            timeout_secs: 600,
+            docker_host: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    pub host_exec: bool,
+    pub web_fetch_allow_private: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelsConfig {
+    pub telegram: TelegramConfig,
+    pub discord: DiscordConfig,
+    pub webhook: BTreeMap<String, WebhookConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessMode {
+    Open,
+    Allowlist,
+    Pairing,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramMode {
+    Polling,
+    Webhook,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelegramConfig {
+    pub enabled: bool,
+    pub token_env: String,
+    pub api_url: String,
+    pub mode: TelegramMode,
+    pub access: AccessMode,
+    pub allowed_users: Vec<String>,
+    pub require_mention_in_groups: bool,
+    pub stream_edit_interval_ms: u64,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        TelegramConfig {
+            enabled: false,
+            token_env: "TELEGRAM_BOT_TOKEN".into(),
+            api_url: "https://api.telegram.org".into(),
+            mode: TelegramMode::Polling,
+            access: AccessMode::Pairing,
+            allowed_users: Vec::new(),
+            require_mention_in_groups: true,
+            stream_edit_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscordConfig {
+    pub enabled: bool,
+    pub token_env: String,
+    pub api_url: String,
+    pub access: AccessMode,
+    pub allowed_users: Vec<String>,
+    pub require_mention_in_guilds: bool,
+    pub stream_edit_interval_ms: u64,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        DiscordConfig {
+            enabled: false,
+            token_env: "DISCORD_BOT_TOKEN".into(),
+            api_url: "https://discord.com".into(),
+            access: AccessMode::Pairing,
+            allowed_users: Vec::new(),
+            require_mention_in_guilds: true,
+            stream_edit_interval_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookConfig {
+    pub secret_env: String,
+    pub callback_url: String,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        WebhookConfig {
+            secret_env: "FERROCLAW_WEBHOOK_SECRET".into(),
+            callback_url: String::new(),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Chat commands (SPEC section 4): parsing and the ones that need no model call.
+
+use super::{Engine, TurnError, TurnOutput};
+use crate::providers::ModelRef;
+use crate::storage::SessionRow;
+use ferroclaw_channel_core::OutboundKind;
+use std::fmt::Write;
+
+pub const HELP_TEXT: &str = "Commands:\n\
+/plan <task> — plan first, then execute\n\
+/new, /reset — start a fresh session for this chat (the old transcript is archived)\n\
+/stop — abort the running turn of this session and its subagents\n\
+/status — model, fallbacks, token usage, plan progress, live subagents\n\
+/model [provider/model] — show or set this session's model\n\
+/subagents — list subagents; /subagents kill <id|all>; /subagents steer <id> <message>\n\
+/help — this list";
+
+/// A parsed chat command. Closed set: every command the product defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Plan(String),
+    New,
+    Stop,
+    Status,
+    Model(Option<String>),
+    Subagents(String),
+    Help,
+    Unknown(String),
+}
+
+impl Command {
+    /// `None` when the text is not a command (does not start with `/`).
+    pub fn parse(text: &str) -> Option<Command> {
+        let rest = text.strip_prefix('/')?;
+        let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        // Telegram appends @botname in groups: `/status@ferroclaw_bot`.
+        let name = name.split('@').next().unwrap_or(name).to_ascii_lowercase();
+        let args = args.trim().to_string();
+        Some(match name.as_str() {
+            "plan" => Command::Plan(args),
+            "new" | "reset" => Command::New,
+            "stop" => Command::Stop,
+            "status" => Command::Status,
+            "model" => Command::Model((!args.is_empty()).then_some(args)),
+            "subagents" => Command::Subagents(args),
+            "help" | "start" => Command::Help,
+            _ => Command::Unknown(name),
+        })
+    }
+}
+
+impl Engine {
+    pub(super) async fn run_command(&self, command: Command, session: &mut SessionRow) -> Result<TurnOutput, TurnError> {
+        let now = crate::clock::now_ms();
+        let (kind, text) = match command {
+            Command::Help => (OutboundKind::Reply, HELP_TEXT.to_string()),
+            Command::New => {
+                session.epoch = self.store.session_reset(&session.key, now).await?;
+                session.summary = None;
+                session.summary_upto = 0;
+                (OutboundKind::Status, "Started a fresh session. The previous conversation is archived.".into())
+            }
+            Command::Status => (OutboundKind::Status, self.status_text(session)),
+            Command::Model(None) => (
+                OutboundKind::Status,
+                format!("Model: {}", self.session_model(session)),
+            ),
+            Command::Model(Some(name)) => match ModelRef::parse(&name) {
+                Some(model) if self.chain.knows(&model) => {
+                    self.store.session_set_model(&session.key, Some(&name)).await?;
+                    session.model = Some(name.clone());
+                    (OutboundKind::Status, format!("Model for this session set to {model}."))
+                }
+                Some(model) => (
+                    OutboundKind::Error,
+                    format!("Unknown provider `{}`; use one of the configured providers.", model.provider),
+                ),
+                None => (OutboundKind::Error, "Usage: /model <provider>/<model id>".into()),
+            },
+            Command::Plan(_) | Command::Stop | Command::Subagents(_) => (
+                OutboundKind::Status,
+                "That command is not available in this build yet.".into(),
+            ),
+            Command::Unknown(name) => (
+                OutboundKind::Error,
+                format!("Unknown command /{name}. Send /help for the list."),
+            ),
+        };
+        Ok(TurnOutput::reply(kind, text))
+    }
+
+    fn status_text(&self, session: &SessionRow) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "Session: {}", session.key);
+        let _ = writeln!(out, "Model: {}", self.session_model(session));
+        let fallbacks: Vec<String> = self.chain.fallbacks().iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "Fallbacks: {}",
+            if fallbacks.is_empty() { "none".into() } else { fallbacks.join(", ") }
+        );
+        if let Some(last) = &session.last_model {
+            let _ = writeln!(out, "Last answer from: {last}");
+        }
+        let _ = write!(
+            out,
+            "Tokens: {} in, {} out",
+            session.tokens_in, session.tokens_out
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_with_arguments_and_bot_suffixes() {
+        assert_eq!(Command::parse("hello"), None);
+        assert_eq!(Command::parse("/new"), Some(Command::New));
+        assert_eq!(Command::parse("/reset"), Some(Command::New));
+        assert_eq!(Command::parse("/status@ferro_bot"), Some(Command::Status));
+        assert_eq!(Command::parse("/model"), Some(Command::Model(None)));
+        assert_eq!(
+            Command::parse("/model openai/gpt-4o"),
+            Some(Command::Model(Some("openai/gpt-4o".into())))
+        );
+        assert_eq!(Command::parse("/plan  build it "), Some(Command::Plan("build it".into())));
+        assert_eq!(Command::parse("/bogus"), Some(Command::Unknown("bogus".into())));
+    }
+}

@@ -1,0 +1,223 @@
+//! The agent engine: turns one journalled inbound message into a committed turn.
+//!
+//! A turn reads the session and its recent transcript, calls the model through the fallback
+//! chain (streaming deltas to the channel), and commits the transcript entries, the bot
+//! messages and the journal's "answered" mark in ONE transaction. It never does channel I/O
+//! other than streaming deltas: replies leave through the outbox (`crate::outbox`).
+
+mod commands;
+mod context;
+
+pub use commands::{Command, HELP_TEXT};
+
+use crate::config::Config;
+use crate::outbox::OutboxNotifier;
+use crate::providers::{ChainError, ChatMessage, ChatRequest, FallbackChain, ModelRef, Role};
+use crate::storage::{JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit};
+use ferroclaw_channel_core::{Channel, OutboundKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Channels by instance name, for streaming deltas.
+pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
+
+pub struct Engine {
+    store: Arc<dyn Store>,
+    chain: Arc<FallbackChain>,
+    config: Arc<Config>,
+    channels: ChannelMap,
+    outbox: OutboxNotifier,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a turn produced before it is committed.
+struct TurnOutput {
+    entries: Vec<NewTranscriptEntry>,
+    outbound: Vec<(OutboundKind, String)>,
+    tokens_in: i64,
+    tokens_out: i64,
+    model: Option<String>,
+}
+
+impl TurnOutput {
+    fn reply(kind: OutboundKind, text: impl Into<String>) -> Self {
+        TurnOutput {
+            entries: Vec::new(),
+            outbound: vec![(kind, text.into())],
+            tokens_in: 0,
+            tokens_out: 0,
+            model: None,
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn Store>,
+        chain: Arc<FallbackChain>,
+        config: Arc<Config>,
+        channels: ChannelMap,
+        outbox: OutboxNotifier,
+    ) -> Self {
+        Engine {
+            store,
+            chain,
+            config,
+            channels,
+            outbox,
+        }
+    }
+
+    /// Handle one journalled message to completion. On `Ok` the journal entry is answered
+    /// and its replies are in the outbox; on `Err` nothing was committed and the entry stays
+    /// pending (it is picked up again on restart).
+    #[tracing::instrument(skip_all, fields(session = %entry.session_key, journal_id = entry.id))]
+    pub async fn handle(&self, entry: &JournalEntry) -> Result<(), TurnError> {
+        let now = crate::clock::now_ms();
+        let route = &entry.message.route;
+        let mut session = self.store.session_get_or_create(&entry.session_key, route, now).await?;
+        let text = entry.message.text.trim();
+        let output = match Command::parse(text) {
+            Some(command) => self.run_command(command, &mut session).await?,
+            None if text.chars().count() > self.config.agent.max_input_chars => TurnOutput::reply(
+                OutboundKind::Error,
+                format!(
+                    "That message is too long ({} characters; the limit is {}). Please shorten it.",
+                    text.chars().count(),
+                    self.config.agent.max_input_chars
+                ),
+            ),
+            None => self.run_model_turn(entry, &session).await?,
+        };
+        let in_reply_to = Some(entry.message.platform_message_id.clone());
+        let commit = TurnCommit {
+            journal_id: Some(entry.id),
+            session_key: entry.session_key.clone(),
+            epoch: session.epoch,
+            entries: output.entries,
+            outbound: output
+                .outbound
+                .into_iter()
+                .map(|(kind, text)| NewOutbound {
+                    route: route.clone(),
+                    kind,
+                    text,
+                    in_reply_to: in_reply_to.clone(),
+                    edit_of: None,
+                })
+                .collect(),
+            tokens_in: output.tokens_in,
+            tokens_out: output.tokens_out,
+            last_model: output.model,
+            now_ms: crate::clock::now_ms(),
+        };
+        match self.store.commit_turn(&commit).await {
+            Ok(_) => {}
+            // Another attempt already answered it: the earlier answer stands, this one is dropped.
+            Err(StoreError::AlreadyAnswered(id)) => {
+                tracing::warn!(journal_id = id, "turn already answered; dropping duplicate result");
+            }
+            Err(err) => return Err(err.into()),
+        }
+        self.outbox.kick(&route.channel);
+        Ok(())
+    }
+
+    fn session_model(&self, session: &SessionRow) -> ModelRef {
+        let name = session.model.as_deref().unwrap_or(&self.config.agent.model);
+        ModelRef::parse(name).expect("models are validated at config load and on /model")
+    }
+
+    async fn run_model_turn(&self, entry: &JournalEntry, session: &SessionRow) -> Result<TurnOutput, TurnError> {
+        let history = self
+            .store
+            .transcript_recent(&session.key, session.epoch, session.summary_upto, context::HISTORY_ENTRIES)
+            .await?;
+        let user_text = entry.message.text.clone();
+        let mut messages = context::history_messages(session.summary.as_deref(), &history);
+        messages.push(ChatMessage::text(Role::User, user_text.clone()));
+        let request = ChatRequest {
+            system: self.config.agent.system_prompt.clone(),
+            messages,
+            tools: Vec::new(),
+        };
+        let model = self.session_model(session);
+        let user_entry = NewTranscriptEntry {
+            role: Role::User.as_str().into(),
+            content: user_text,
+            ..Default::default()
+        };
+
+        let channel = self.channels.get(&entry.message.route.channel).cloned();
+        let result = match channel {
+            Some(channel) => self.complete_streaming(&model, &request, entry, channel).await,
+            None => self.chain.complete(&model, &request, &|_| {}).await,
+        };
+        Ok(match result {
+            Ok((response, answered_by)) => {
+                let answered_by = answered_by.to_string();
+                TurnOutput {
+                    entries: vec![
+                        user_entry,
+                        NewTranscriptEntry {
+                            role: Role::Assistant.as_str().into(),
+                            content: response.content.clone(),
+                            model: Some(answered_by.clone()),
+                            tokens_in: response.usage.input_tokens,
+                            tokens_out: response.usage.output_tokens,
+                            ..Default::default()
+                        },
+                    ],
+                    outbound: vec![(OutboundKind::Reply, response.content)],
+                    tokens_in: response.usage.input_tokens,
+                    tokens_out: response.usage.output_tokens,
+                    model: Some(answered_by),
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "turn ended without a model answer");
+                let text = match &err {
+                    ChainError::NoUsableModel(why) => why.clone(),
+                    other => format!("⚠️ The model could not answer: {other}."),
+                };
+                TurnOutput {
+                    entries: vec![user_entry],
+                    ..TurnOutput::reply(OutboundKind::Error, text)
+                }
+            }
+        })
+    }
+
+    /// Run the chain while forwarding deltas to the channel, in order, from this task.
+    async fn complete_streaming(
+        &self,
+        model: &ModelRef,
+        request: &ChatRequest,
+        entry: &JournalEntry,
+        channel: Arc<dyn Channel>,
+    ) -> Result<(crate::providers::ChatResponse, ModelRef), ChainError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let sink = move |delta: &str| {
+            let _ = tx.send(delta.to_string());
+        };
+        let route = &entry.message.route;
+        let in_reply_to = &entry.message.platform_message_id;
+        let forward = async {
+            while let Some(delta) = rx.recv().await {
+                channel.stream_delta(route, in_reply_to, &delta).await;
+            }
+        };
+        let complete = async move {
+            let result = self.chain.complete(model, request, &sink).await;
+            drop(sink);
+            result
+        };
+        let (result, ()) = tokio::join!(complete, forward);
+        result
+    }
+}

@@ -1,0 +1,129 @@
+//! Session lanes: in order within a session, concurrent across sessions (SPEC section 3).
+//!
+//! A lane exists only while its session has work: the first message for an idle session
+//! spawns a lane task, later messages queue behind it, and the lane removes itself when its
+//! queue is empty, so idle sessions hold no memory. Every lane task is owned by the
+//! [`TaskTracker`] and stops on the [`CancellationToken`]; an interrupted turn leaves its
+//! journal entry pending, to be answered after restart.
+
+use crate::engine::Engine;
+use crate::storage::JournalEntry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Clone)]
+pub struct Lanes {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    queues: Mutex<HashMap<String, VecDeque<JournalEntry>>>,
+    engine: Arc<Engine>,
+    tracker: TaskTracker,
+    /// Hard stop: abort running turns.
+    cancel: CancellationToken,
+    /// Soft stop: finish the running turn, start no new one.
+    closing: AtomicBool,
+    active: watch::Sender<usize>,
+}
+
+impl Lanes {
+    pub fn new(engine: Arc<Engine>, cancel: CancellationToken) -> Self {
+        Lanes {
+            inner: Arc::new(Inner {
+                queues: Mutex::new(HashMap::new()),
+                engine,
+                tracker: TaskTracker::new(),
+                cancel,
+                closing: AtomicBool::new(false),
+                active: watch::channel(0).0,
+            }),
+        }
+    }
+
+    /// Queue a journalled message on its session's lane.
+    pub fn submit(&self, entry: JournalEntry) {
+        if self.inner.closing.load(Ordering::Acquire) {
+            return; // it stays pending in the journal and is answered after restart
+        }
+        let key = entry.session_key.clone();
+        let mut queues = self.inner.queues.lock().expect("lanes lock");
+        if let Some(queue) = queues.get_mut(&key) {
+            queue.push_back(entry);
+            return;
+        }
+        queues.insert(key.clone(), VecDeque::from([entry]));
+        self.inner.active.send_modify(|n| *n += 1);
+        let inner = self.inner.clone();
+        self.inner.tracker.spawn(async move { inner.run_lane(key).await });
+    }
+
+    /// Sessions with a running or queued turn.
+    pub fn active(&self) -> usize {
+        *self.inner.active.borrow()
+    }
+
+    /// Messages waiting behind a running turn, across all sessions.
+    pub fn queued(&self) -> usize {
+        self.inner.queues.lock().expect("lanes lock").values().map(VecDeque::len).sum()
+    }
+
+    /// Resolve when no lane has work.
+    pub async fn wait_idle(&self) {
+        let mut rx = self.inner.active.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Stop taking work, let running turns finish for up to `grace`, then abort the rest.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.closing.store(true, Ordering::Release);
+        self.inner.tracker.close();
+        if tokio::time::timeout(grace, self.inner.tracker.wait()).await.is_err() {
+            tracing::warn!("turns still running after the grace period; they will be redone after restart");
+            self.inner.cancel.cancel();
+            self.inner.tracker.wait().await;
+        }
+    }
+}
+
+impl Inner {
+    async fn run_lane(self: Arc<Self>, key: String) {
+        loop {
+            let next = {
+                let mut queues = self.queues.lock().expect("lanes lock");
+                let closing = self.closing.load(Ordering::Acquire);
+                match queues.get_mut(&key).and_then(|q| if closing { None } else { q.pop_front() }) {
+                    Some(entry) => entry,
+                    None => {
+                        queues.remove(&key);
+                        break;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                () = self.handle_with_retry(&next) => {}
+            }
+        }
+        self.queues.lock().expect("lanes lock").remove(&key);
+        self.active.send_modify(|n| *n -= 1);
+    }
+
+    async fn handle_with_retry(&self, entry: &JournalEntry) {
+        for attempt in 1..=3u32 {
+            match self.engine.handle(entry).await {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::warn!(session = %entry.session_key, journal_id = entry.id, attempt, error = %err, "turn failed");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                }
+            }
+        }
+        tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn left pending after 3 attempts; it is retried on restart");
+    }
+}

@@ -1,0 +1,21 @@
+//! ferroclaw: a self-hosted chat-channel bot service.
+//!
+//! The flow of one message (see ARCHITECTURE.md): a channel adapter normalises a platform
+//! message and hands it to [`ingress::Ingress`] (journal, deduplicated) → [`lanes::Lanes`]
+//! (one lane per busy session) → [`engine::Engine`] (model call through
+//! [`providers::FallbackChain`], one committed transaction) → [`outbox`] (delivery worker per
+//! channel) → the adapter.
+
+pub mod app;
+pub mod chat;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod ingress;
+pub mod lanes;
+pub mod outbox;
+pub mod providers;
+pub mod serve;
+pub mod server;
+pub mod storage;

@@ -1,0 +1,75 @@
+//! The `ferroclaw` binary: parse the command line, load the configuration, dispatch.
+
+use clap::Parser;
+use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand};
+use ferroclaw::config::{self, LoadedConfig};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Command::Config {
+            command: ConfigCommand::Check(arg),
+        } => match load(&arg) {
+            Ok(loaded) => {
+                print!("{}", config::render_redacted(&loaded));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Serve(arg) => with_config(&arg, |loaded| async move { ferroclaw::serve::run(&loaded).await }),
+        Command::Chat { config, session } => {
+            with_config(&config, |loaded| async move { ferroclaw::chat::run(&loaded, &session).await })
+        }
+        Command::Migrate(arg) => with_config(&arg, |loaded| async move {
+            let store = ferroclaw::storage::connect(&loaded.config.storage.url).await?;
+            store.migrate().await?;
+            println!("migrations applied");
+            Ok(())
+        }),
+    }
+}
+
+/// Load the config, printing one line per problem and returning exit code 2 when invalid.
+fn load(arg: &ConfigArg) -> Result<LoadedConfig, ExitCode> {
+    let (path, explicit) = arg.path();
+    config::load(&path, explicit).map_err(|err| {
+        eprintln!("{err}");
+        ExitCode::from(2)
+    })
+}
+
+fn with_config<F, Fut>(arg: &ConfigArg, run: F) -> ExitCode
+where
+    F: FnOnce(LoadedConfig) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let loaded = match load(arg) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(loaded)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FERROCLAW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .compact()
+        .init();
+}

@@ -1,0 +1,161 @@
+//! One channel's delivery loop.
+
+use super::OutboxNotifier;
+use crate::clock::now_ms;
+use crate::storage::{OutboxEntry, Store};
+use ferroclaw_channel_core::{Channel, DeliveryError};
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const BATCH: i64 = 512;
+const CONVERSATIONS_IN_FLIGHT: usize = 32;
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+pub struct DeliveryWorker {
+    store: Arc<dyn Store>,
+    channel: Arc<dyn Channel>,
+    wake: Arc<Notify>,
+    /// One pass at a time: the run loop and an explicit flush never deliver the same row twice.
+    pass_lock: tokio::sync::Mutex<()>,
+}
+
+/// What one pass over the pending messages found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub delivered: usize,
+    /// Messages left pending (waiting for a retry).
+    pub deferred: usize,
+    /// Earliest time (unix ms) a deferred message may be tried again.
+    pub next_attempt_at: Option<i64>,
+    /// The batch was full: there may be more right now.
+    pub more: bool,
+}
+
+impl DeliveryWorker {
+    pub fn new(store: Arc<dyn Store>, channel: Arc<dyn Channel>, notifier: &OutboxNotifier) -> Self {
+        let wake = notifier.handle(channel.name());
+        DeliveryWorker {
+            store,
+            channel,
+            wake,
+            pass_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Deliver until cancelled; then one last pass (the shutdown flush).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let name = self.channel.name().to_string();
+        loop {
+            let outcome = match self.pass().await {
+                Ok(outcome) => outcome,
+                Err(err) => {
+                    tracing::warn!(channel = %name, error = %err, "outbox read failed");
+                    PassOutcome {
+                        next_attempt_at: Some(now_ms() + 1000),
+                        ..Default::default()
+                    }
+                }
+            };
+            if outcome.more {
+                continue;
+            }
+            let sleep = outcome
+                .next_attempt_at
+                .map(|at| Duration::from_millis((at - now_ms()).max(1) as u64))
+                .unwrap_or(Duration::from_secs(3600));
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        if let Err(err) = self.pass().await {
+            tracing::warn!(channel = %name, error = %err, "final outbox flush failed");
+        }
+    }
+
+    /// Deliver what is due now: each conversation in order, conversations concurrently.
+    pub async fn pass(&self) -> Result<PassOutcome, crate::storage::StoreError> {
+        let _one_pass = self.pass_lock.lock().await;
+        let pending = self.store.outbox_pending(self.channel.name(), BATCH).await?;
+        let more = pending.len() as i64 == BATCH;
+        let mut conversations: BTreeMap<(String, Option<String>), Vec<OutboxEntry>> = BTreeMap::new();
+        for entry in pending {
+            let route = &entry.message.route;
+            conversations
+                .entry((route.chat_id.clone(), route.thread_id.clone()))
+                .or_default()
+                .push(entry);
+        }
+        let now = now_ms();
+        let results: Vec<PassOutcome> = futures::stream::iter(conversations.into_values())
+            .map(|entries| self.deliver_conversation(entries, now))
+            .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut total = PassOutcome {
+            more,
+            ..Default::default()
+        };
+        for r in results {
+            total.delivered += r.delivered;
+            total.deferred += r.deferred;
+            total.next_attempt_at = match (total.next_attempt_at, r.next_attempt_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(total)
+    }
+
+    async fn deliver_conversation(&self, entries: Vec<OutboxEntry>, now: i64) -> PassOutcome {
+        let mut outcome = PassOutcome::default();
+        let total = entries.len();
+        for (i, entry) in entries.into_iter().enumerate() {
+            let id = entry.message.id;
+            let deferred_from_here = |outcome: &mut PassOutcome, at: i64| {
+                outcome.deferred = total - i;
+                outcome.next_attempt_at = Some(at);
+            };
+            // Order within a conversation: a message waiting for its retry holds back the rest.
+            if entry.next_attempt_at > now {
+                deferred_from_here(&mut outcome, entry.next_attempt_at);
+                return outcome;
+            }
+            match self.channel.deliver(&entry.message).await {
+                Ok(delivered) => {
+                    let platform_id = delivered.platform_message_id.as_deref();
+                    if let Err(err) = self.store.outbox_mark_delivered(id, platform_id, now_ms()).await {
+                        tracing::warn!(outbox_id = id, error = %err, "could not mark delivered");
+                        deferred_from_here(&mut outcome, now_ms() + 1000);
+                        return outcome;
+                    }
+                    outcome.delivered += 1;
+                }
+                Err(DeliveryError::Rejected(reason)) => {
+                    tracing::warn!(channel = self.channel.name(), outbox_id = id, %reason, "platform rejected message");
+                    let _ = self.store.outbox_mark_rejected(id, &reason).await;
+                }
+                Err(DeliveryError::Retry { reason, retry_after }) => {
+                    let backoff = retry_after.unwrap_or_else(|| backoff(entry.attempts)).min(MAX_BACKOFF);
+                    let at = now_ms() + backoff.as_millis() as i64;
+                    tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
+                    let _ = self.store.outbox_retry_later(id, at, &reason).await;
+                    deferred_from_here(&mut outcome, at);
+                    return outcome;
+                }
+            }
+        }
+        outcome
+    }
+}
+
+/// 250 ms, 500 ms, 1 s, ... capped at [`MAX_BACKOFF`].
+fn backoff(attempts: i64) -> Duration {
+    let exp = attempts.clamp(0, 10) as u32;
+    Duration::from_millis(250u64.saturating_mul(1 << exp)).min(MAX_BACKOFF)
+}

@@ -1,0 +1,186 @@
+//! The model fallback chain (SPEC section 9), a wrapper around providers.
+//!
+//! Order: the session's model (or `agent.model`), then `agent.fallbacks`. Retryable errors
+//! are retried on the same model up to `retries_per_model` times, honouring Retry-After;
+//! after that, and on auth/billing/model-not-found, the model cools down and the next one is
+//! tried. Invalid requests and context-length errors never move on. Once text has streamed
+//! to the user the chain never switches model.
+
+use super::{ChatRequest, ChatResponse, ModelProvider, ProviderError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `<provider>/<model id>`, split at the first `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+}
+
+impl ModelRef {
+    pub fn parse(s: &str) -> Option<Self> {
+        let (provider, model) = s.split_once('/')?;
+        (!provider.is_empty() && !model.is_empty()).then(|| ModelRef {
+            provider: provider.into(),
+            model: model.into(),
+        })
+    }
+}
+
+impl std::fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// No model in the chain has a usable provider; the text says what to configure.
+    #[error("{0}")]
+    NoUsableModel(String),
+    /// A model refused the request in a way no other model would fix.
+    #[error("{model} refused the request: {error}")]
+    Final { model: String, error: ProviderError },
+    /// The stream broke after the user had seen part of the reply.
+    #[error("{model} failed mid-reply: {error}")]
+    AfterStreaming { model: String, error: ProviderError },
+    /// Every model failed or was cooling down.
+    #[error("every model failed ({0})")]
+    Exhausted(String),
+}
+
+pub struct FallbackChain {
+    providers: HashMap<String, Arc<dyn ModelProvider>>,
+    /// Provider name → why it cannot be used (e.g. key variable unset).
+    unusable: HashMap<String, String>,
+    fallbacks: Vec<ModelRef>,
+    retries_per_model: u32,
+    cooldown: Duration,
+    request_timeout: Duration,
+    cooling: Mutex<HashMap<ModelRef, Instant>>,
+}
+
+impl FallbackChain {
+    pub fn new(
+        providers: HashMap<String, Arc<dyn ModelProvider>>,
+        unusable: HashMap<String, String>,
+        fallbacks: Vec<ModelRef>,
+        retries_per_model: u32,
+        cooldown: Duration,
+        request_timeout: Duration,
+    ) -> Self {
+        FallbackChain {
+            providers,
+            unusable,
+            fallbacks,
+            retries_per_model,
+            cooldown,
+            request_timeout,
+            cooling: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// True when `model` names a configured provider (usable or not).
+    pub fn knows(&self, model: &ModelRef) -> bool {
+        self.providers.contains_key(&model.provider) || self.unusable.contains_key(&model.provider)
+    }
+
+    pub fn fallbacks(&self) -> &[ModelRef] {
+        &self.fallbacks
+    }
+
+    /// Run the request through the chain starting at `primary`. Returns the response and the
+    /// model that produced it.
+    pub async fn complete(
+        &self,
+        primary: &ModelRef,
+        request: &ChatRequest,
+        on_delta: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(ChatResponse, ModelRef), ChainError> {
+        let mut order = vec![primary.clone()];
+        order.extend(self.fallbacks.iter().filter(|m| *m != primary).cloned());
+        let mut notes = Vec::new();
+        let mut reasons = Vec::new();
+        for model in &order {
+            let Some(provider) = self.providers.get(&model.provider) else {
+                if let Some(reason) = self.unusable.get(&model.provider) {
+                    reasons.push(format!("{model}: {reason}"));
+                }
+                continue;
+            };
+            if self.cooling_down(model) {
+                notes.push(format!("{model}: cooling down"));
+                continue;
+            }
+            let streamed = AtomicBool::new(false);
+            let sink = |delta: &str| {
+                streamed.store(true, Ordering::Relaxed);
+                on_delta(delta);
+            };
+            let mut attempt = 0;
+            loop {
+                let result = tokio::time::timeout(self.request_timeout, provider.complete(&model.model, request, &sink))
+                    .await
+                    .unwrap_or(Err(ProviderError::Timeout));
+                let error = match result {
+                    Ok(response) => return Ok((response, model.clone())),
+                    Err(error) => error,
+                };
+                tracing::warn!(model = %model, attempt, error = %error, "model call failed");
+                if streamed.load(Ordering::Relaxed) {
+                    return Err(ChainError::AfterStreaming { model: model.to_string(), error });
+                }
+                if error.is_final() {
+                    return Err(ChainError::Final { model: model.to_string(), error });
+                }
+                if error.is_retryable() && attempt < self.retries_per_model {
+                    attempt += 1;
+                    let wait = error
+                        .retry_after()
+                        .unwrap_or_else(|| Duration::from_millis(250 << attempt.min(6)))
+                        .min(Duration::from_secs(60));
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                self.cool_down(model);
+                notes.push(format!("{model}: {error}"));
+                break;
+            }
+        }
+        if notes.is_empty() {
+            let why = if reasons.is_empty() {
+                "no model in agent.model or agent.fallbacks has a configured provider".to_string()
+            } else {
+                reasons.join("; ")
+            };
+            return Err(ChainError::NoUsableModel(format!(
+                "No model is usable: {why}. Set the API key variable or point agent.model at a reachable provider."
+            )));
+        }
+        Err(ChainError::Exhausted(notes.join("; ")))
+    }
+
+    fn cooling_down(&self, model: &ModelRef) -> bool {
+        let mut cooling = self.cooling.lock().expect("cooldown lock");
+        match cooling.get(model) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                cooling.remove(model);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn cool_down(&self, model: &ModelRef) {
+        if self.cooldown.is_zero() {
+            return;
+        }
+        self.cooling
+            .lock()
+            .expect("cooldown lock")
+            .insert(model.clone(), Instant::now() + self.cooldown);
+    }
+}

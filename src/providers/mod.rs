@@ -1,0 +1,171 @@
+//! Model providers: the [`ModelProvider`] trait, the wire protocols that implement it
+//! (`openai.rs`; more kinds in the engine issue) and the fallback chain that wraps them
+//! (`chain.rs`).
+//!
+//! Providers turn a [`ChatRequest`] into a [`ChatResponse`], streaming text deltas to a
+//! callback, and classify failures into [`ProviderError`] variants the chain acts on. They
+//! know HTTP and JSON; they do not know sessions, channels or storage.
+
+mod chain;
+mod openai;
+
+pub use chain::{ChainError, FallbackChain, ModelRef};
+pub use openai::OpenAiProvider;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// A tool call requested by the model; `arguments` is JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub system: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatResponse {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+}
+
+/// Why a model call failed, in the classes the fallback chain acts on (SPEC section 9).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("rate limited")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("overloaded")]
+    Overloaded { retry_after: Option<Duration> },
+    #[error("server error (HTTP {status})")]
+    Server { status: u16 },
+    #[error("timed out")]
+    Timeout,
+    #[error("connection failed: {0}")]
+    Connect(String),
+    #[error("authentication refused (HTTP {status})")]
+    Auth { status: u16 },
+    #[error("quota or billing exhausted")]
+    Billing,
+    #[error("model not found")]
+    ModelNotFound,
+    #[error("context too long")]
+    ContextTooLong,
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("unreadable response: {0}")]
+    Protocol(String),
+}
+
+impl ProviderError {
+    /// Retry on the same model (after `retry_after` when given).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::RateLimited { .. }
+                | ProviderError::Overloaded { .. }
+                | ProviderError::Server { .. }
+                | ProviderError::Timeout
+                | ProviderError::Connect(_)
+        )
+    }
+
+    /// Never move to another model for this error.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::InvalidRequest(_) | ProviderError::ContextTooLong
+        )
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::RateLimited { retry_after } | ProviderError::Overloaded { retry_after } => {
+                *retry_after
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Receives reply text as it streams in.
+pub type DeltaSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+/// One LLM endpoint speaking one protocol.
+#[async_trait]
+pub trait ModelProvider: Send + Sync {
+    /// Run one completion of `model`, streaming text deltas to `on_delta`.
+    async fn complete(
+        &self,
+        model: &str,
+        request: &ChatRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ChatResponse, ProviderError>;
+}

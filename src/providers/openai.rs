@@ -1,0 +1,265 @@
+//! OpenAI-compatible chat completions (`POST {base_url}/chat/completions`, SSE streaming).
+//! Also serves OpenRouter, Ollama, vLLM and llama.cpp servers.
+
+use super::{ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage};
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub struct OpenAiProvider {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<SecretString>,
+}
+
+impl OpenAiProvider {
+    pub fn new(http: reqwest::Client, base_url: &str, api_key: Option<SecretString>) -> Self {
+        OpenAiProvider {
+            http,
+            endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            api_key,
+        }
+    }
+
+    fn body(model: &str, request: &ChatRequest) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if !request.system.is_empty() {
+            messages.push(json!({"role": "system", "content": request.system}));
+        }
+        for m in &request.messages {
+            let mut msg = json!({"role": m.role.as_str(), "content": m.content});
+            if !m.tool_calls.is_empty() {
+                msg["tool_calls"] = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                    .collect();
+            }
+            if let (Role::Tool, Some(id)) = (m.role, &m.tool_call_id) {
+                msg["tool_call_id"] = json!(id);
+            }
+            messages.push(msg);
+        }
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect();
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl ModelProvider for OpenAiProvider {
+    async fn complete(
+        &self,
+        model: &str,
+        request: &ChatRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let mut builder = self.http.post(&self.endpoint).json(&Self::body(model, request));
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key.expose_secret());
+        }
+        let response = builder.send().await.map_err(transport_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let body = response.text().await.unwrap_or_default();
+            return Err(classify_status(status.as_u16(), &body, retry_after));
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let mut out = StreamAssembly::default();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| match e {
+                eventsource_stream::EventStreamError::Transport(e) => transport_error(e),
+                other => ProviderError::Protocol(other.to_string()),
+            })?;
+            if event.data.trim() == "[DONE]" {
+                break;
+            }
+            let chunk: Value = serde_json::from_str(&event.data)
+                .map_err(|e| ProviderError::Protocol(format!("bad stream chunk: {e}")))?;
+            if let Some(err) = chunk.get("error") {
+                return Err(classify_status(500, &err.to_string(), None));
+            }
+            out.push(&chunk, on_delta);
+        }
+        Ok(out.finish())
+    }
+}
+
+/// Reassembles streamed content and tool-call fragments (keyed by `index`).
+#[derive(Default)]
+struct StreamAssembly {
+    content: String,
+    calls: Vec<ToolCall>,
+    usage: Usage,
+}
+
+impl StreamAssembly {
+    fn push(&mut self, chunk: &Value, on_delta: DeltaSink<'_>) {
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage.input_tokens = usage["prompt_tokens"].as_i64().unwrap_or(0);
+            self.usage.output_tokens = usage["completion_tokens"].as_i64().unwrap_or(0);
+        }
+        let Some(delta) = chunk.pointer("/choices/0/delta") else {
+            return;
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.content.push_str(text);
+            on_delta(text);
+        }
+        let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) else {
+            return;
+        };
+        for fragment in calls {
+            let index = fragment["index"].as_u64().unwrap_or(0) as usize;
+            while self.calls.len() <= index {
+                self.calls.push(ToolCall {
+                    id: String::new(),
+                    name: String::new(),
+                    arguments: String::new(),
+                });
+            }
+            let call = &mut self.calls[index];
+            if let Some(id) = fragment["id"].as_str() {
+                call.id = id.to_string();
+            }
+            // Some servers repeat the full name in every fragment: set, never append.
+            if let Some(name) = fragment.pointer("/function/name").and_then(Value::as_str)
+                && !name.is_empty()
+            {
+                call.name = name.to_string();
+            }
+            if let Some(args) = fragment.pointer("/function/arguments").and_then(Value::as_str) {
+                call.arguments.push_str(args);
+            }
+        }
+    }
+
+    fn finish(mut self) -> ChatResponse {
+        for (i, call) in self.calls.iter_mut().enumerate() {
+            if call.id.is_empty() {
+                call.id = format!("call_{i}");
+            }
+            if call.arguments.trim().is_empty() {
+                call.arguments = "{}".into();
+            }
+        }
+        ChatResponse {
+            content: self.content,
+            tool_calls: self.calls,
+            usage: self.usage,
+        }
+    }
+}
+
+pub(super) fn transport_error(err: reqwest::Error) -> ProviderError {
+    if err.is_timeout() {
+        ProviderError::Timeout
+    } else if err.is_connect() {
+        ProviderError::Connect("could not connect".into())
+    } else {
+        ProviderError::Connect(format!("transport error: {}", without_url(&err)))
+    }
+}
+
+fn without_url(err: &reqwest::Error) -> String {
+    // The URL can carry credentials in odd setups; never show it.
+    let mut s = err.to_string();
+    if let Some(url) = err.url() {
+        s = s.replace(url.as_str(), "<url>");
+    }
+    s
+}
+
+pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<f64>().ok().map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)))
+}
+
+/// Map an HTTP error status and body to an error class (both protocols share this).
+pub(super) fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+    let lower = body.to_ascii_lowercase();
+    let context_too_long = lower.contains("context_length_exceeded")
+        || lower.contains("prompt is too long")
+        || lower.contains("maximum context length")
+        || lower.contains("context window");
+    match status {
+        429 if lower.contains("insufficient_quota") => ProviderError::Billing,
+        429 => ProviderError::RateLimited { retry_after },
+        529 => ProviderError::Overloaded { retry_after },
+        401 | 403 => ProviderError::Auth { status },
+        402 => ProviderError::Billing,
+        404 => ProviderError::ModelNotFound,
+        400 | 413 if context_too_long => ProviderError::ContextTooLong,
+        400 if lower.contains("model_not_found") || lower.contains("does not exist") => {
+            ProviderError::ModelNotFound
+        }
+        400..=499 => ProviderError::InvalidRequest(short(body)),
+        _ if lower.contains("overloaded") => ProviderError::Overloaded { retry_after },
+        _ => ProviderError::Server { status },
+    }
+}
+
+fn short(body: &str) -> String {
+    body.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_statuses_map_to_the_classes_the_chain_acts_on() {
+        let cases = [
+            (429, "{}", ProviderError::RateLimited { retry_after: None }),
+            (429, r#"{"error":{"code":"insufficient_quota"}}"#, ProviderError::Billing),
+            (529, "", ProviderError::Overloaded { retry_after: None }),
+            (503, "", ProviderError::Server { status: 503 }),
+            (401, "", ProviderError::Auth { status: 401 }),
+            (403, "", ProviderError::Auth { status: 403 }),
+            (402, "", ProviderError::Billing),
+            (404, "", ProviderError::ModelNotFound),
+            (400, r#"{"error":{"code":"context_length_exceeded"}}"#, ProviderError::ContextTooLong),
+            (400, "prompt is too long: 250000 tokens", ProviderError::ContextTooLong),
+        ];
+        for (status, body, expected) in cases {
+            assert_eq!(classify_status(status, body, None), expected, "status {status} body {body}");
+        }
+        assert!(matches!(classify_status(400, "bad field", None), ProviderError::InvalidRequest(_)));
+    }
+
+    #[test]
+    fn tool_call_fragments_reassemble_even_when_names_repeat() {
+        let mut asm = StreamAssembly::default();
+        let sink = |_: &str| {};
+        let chunks = [
+            json!({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"get_time","arguments":"{\"tz"}}]}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"get_time","arguments":"\":\"UTC\"}"}}]}}]}),
+            json!({"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"list_files","arguments":""}}]}}]}),
+        ];
+        for c in &chunks {
+            asm.push(c, &sink);
+        }
+        let out = asm.finish();
+        assert_eq!(out.tool_calls.len(), 2);
+        assert_eq!(out.tool_calls[0].name, "get_time");
+        assert_eq!(out.tool_calls[0].arguments, r#"{"tz":"UTC"}"#);
+        assert_eq!(out.tool_calls[1].arguments, "{}");
+    }
+}

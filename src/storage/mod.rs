@@ -1,0 +1,111 @@
+//! Durable state: sessions, transcripts, the inbound journal and the outbox (SPEC section 11).
+//!
+//! [`Store`] is the only way the rest of ferroclaw touches the database. It has one SQLite and
+//! one PostgreSQL implementation that share their SQL text (`shared_sql.rs`) and pass one
+//! conformance suite (`tests/store_conformance.rs`). This module knows rows and
+//! transactions; it does not know channels, models or chat commands.
+
+mod connect;
+mod postgres;
+mod shared_sql;
+mod sqlite;
+mod types;
+
+pub use connect::connect;
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+pub use types::*;
+
+use async_trait::async_trait;
+use ferroclaw_channel_core::{ChatRoute, InboundMessage};
+
+/// Storage failures. Callers retry later or report; they never see SQL.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The journal entry was already answered (by an earlier attempt or another process).
+    #[error("journal entry {0} was already answered")]
+    AlreadyAnswered(i64),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The store interface. Every method is one statement or one transaction.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Apply pending migrations.
+    async fn migrate(&self) -> StoreResult<()>;
+    /// A cheap round trip (used by `/readyz`).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Journal an inbound message. A message already journalled for the same channel, chat
+    /// and platform id is reported as a duplicate and not stored again.
+    async fn journal_insert(
+        &self,
+        message: &InboundMessage,
+        session_key: &str,
+        now_ms: i64,
+    ) -> StoreResult<JournalInsert>;
+    /// Journal entries not yet answered, oldest first.
+    async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
+    /// State of one journal entry (`pending` or `done`).
+    async fn journal_state(&self, id: i64) -> StoreResult<Option<String>>;
+
+    /// The session row, created (epoch 0) when it does not exist yet.
+    async fn session_get_or_create(
+        &self,
+        key: &str,
+        route: &ChatRoute,
+        now_ms: i64,
+    ) -> StoreResult<SessionRow>;
+    async fn session_get(&self, key: &str) -> StoreResult<Option<SessionRow>>;
+    /// Set (or clear) the session's model override.
+    async fn session_set_model(&self, key: &str, model: Option<&str>) -> StoreResult<()>;
+    /// Start a fresh transcript: bump the epoch (old entries stay, archived) and drop the
+    /// summary. Returns the new epoch.
+    async fn session_reset(&self, key: &str, now_ms: i64) -> StoreResult<i64>;
+    /// Store a compaction summary covering transcript entries up to `upto` (inclusive).
+    async fn session_set_summary(&self, key: &str, summary: &str, upto: i64) -> StoreResult<()>;
+    /// Sessions, most recently active first.
+    async fn session_list(&self, limit: i64) -> StoreResult<Vec<SessionRow>>;
+
+    /// The newest `limit` transcript entries of the session's epoch after `after_id`, oldest
+    /// first. Cost depends on `limit`, not on the transcript's length.
+    async fn transcript_recent(
+        &self,
+        key: &str,
+        epoch: i64,
+        after_id: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    /// Atomically: append transcript entries, queue bot messages, add token usage, and mark
+    /// the journal entry answered. Returns the outbox ids in order.
+    async fn commit_turn(&self, turn: &TurnCommit) -> StoreResult<Vec<i64>>;
+    /// Queue bot messages outside a turn commit (interim messages, edits).
+    async fn outbox_push(&self, session_key: &str, messages: &[NewOutbound], now_ms: i64)
+    -> StoreResult<Vec<i64>>;
+    /// Undelivered messages of a channel, oldest first.
+    async fn outbox_pending(&self, channel: &str, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
+    async fn outbox_mark_delivered(
+        &self,
+        id: i64,
+        platform_message_id: Option<&str>,
+        now_ms: i64,
+    ) -> StoreResult<()>;
+    async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str) -> StoreResult<()>;
+    async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
+    /// Messages of one conversation with id > `after`, oldest first.
+    async fn outbox_conversation(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxEntry>>;
+}

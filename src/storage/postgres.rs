@@ -1,0 +1,26 @@
+//! The PostgreSQL store: one pool; several ferroclaw processes may share the database.
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Pool, Postgres};
+use std::time::Duration;
+
+pub struct PostgresStore {
+    write: Pool<Postgres>,
+    read: Pool<Postgres>,
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        Ok(PostgresStore {
+            write: pool.clone(),
+            read: pool,
+        })
+    }
+}
+
+super::shared_sql::impl_store!(PostgresStore, Postgres, sqlx::migrate!("./migrations/postgres"));

@@ -1,0 +1,397 @@
+//! The SQL both stores run, written once. `impl_store!` expands the same method bodies for
+//! the SQLite and the PostgreSQL pool types (both accept `$N` placeholders), so the two
+//! implementations cannot drift apart. Each store has a `write` pool and a `read` pool
+//! (the same pool for PostgreSQL; a single-connection writer for SQLite, which serialises
+//! writers in-process instead of spinning on the file lock).
+
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $migrator:expr) => {
+        impl $store {
+            fn decode_journal(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::JournalEntry> {
+                use sqlx::Row;
+                let payload: String = row.try_get("payload")?;
+                let message = serde_json::from_str(&payload)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(format!("journal payload: {e}")))?;
+                Ok($crate::storage::JournalEntry {
+                    id: row.try_get("id")?,
+                    session_key: row.try_get("session_key")?,
+                    message,
+                })
+            }
+
+            fn decode_session(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::SessionRow> {
+                use sqlx::Row;
+                let route: String = row.try_get("route")?;
+                Ok($crate::storage::SessionRow {
+                    key: row.try_get("key")?,
+                    route: serde_json::from_str(&route)
+                        .map_err(|e| $crate::storage::StoreError::Corrupt(format!("session route: {e}")))?,
+                    epoch: row.try_get("epoch")?,
+                    model: row.try_get("model")?,
+                    summary: row.try_get("summary")?,
+                    summary_upto: row.try_get("summary_upto")?,
+                    tokens_in: row.try_get("tokens_in")?,
+                    tokens_out: row.try_get("tokens_out")?,
+                    last_model: row.try_get("last_model")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            }
+
+            fn decode_outbox(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::OutboxEntry> {
+                use sqlx::Row;
+                let route: String = row.try_get("route")?;
+                let kind: String = row.try_get("kind")?;
+                Ok($crate::storage::OutboxEntry {
+                    message: ferroclaw_channel_core::OutboundMessage {
+                        id: row.try_get("id")?,
+                        route: serde_json::from_str(&route)
+                            .map_err(|e| $crate::storage::StoreError::Corrupt(format!("outbox route: {e}")))?,
+                        kind: $crate::storage::types::kind_from_db(&kind)?,
+                        text: row.try_get("text")?,
+                        in_reply_to: row.try_get("in_reply_to")?,
+                        edit_of: row.try_get("edit_of")?,
+                        edit_platform_id: row.try_get("edit_platform_id")?,
+                    },
+                    session_key: row.try_get("session_key")?,
+                    state: row.try_get("state")?,
+                    attempts: row.try_get("attempts")?,
+                    next_attempt_at: row.try_get("next_attempt_at")?,
+                    platform_message_id: row.try_get("platform_message_id")?,
+                })
+            }
+
+            async fn insert_outbound<'c, E>(
+                executor: E,
+                session_key: &str,
+                message: &$crate::storage::NewOutbound,
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<i64>
+            where
+                E: sqlx::Executor<'c, Database = $db>,
+            {
+                let route = serde_json::to_string(&message.route)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
+                     in_reply_to, edit_of, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) RETURNING id",
+                )
+                .bind(session_key)
+                .bind(&message.route.channel)
+                .bind(&message.route.chat_id)
+                .bind(&message.route.thread_id)
+                .bind(route)
+                .bind(message.kind.as_str())
+                .bind(&message.text)
+                .bind(&message.in_reply_to)
+                .bind(message.edit_of)
+                .bind(now_ms)
+                .fetch_one(executor)
+                .await?;
+                Ok(id)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::storage::Store for $store {
+            async fn migrate(&self) -> $crate::storage::StoreResult<()> {
+                $migrator.run(&self.write).await?;
+                Ok(())
+            }
+
+            async fn ping(&self) -> $crate::storage::StoreResult<()> {
+                sqlx::query("SELECT 1").execute(&self.read).await?;
+                Ok(())
+            }
+
+            async fn journal_insert(
+                &self,
+                message: &ferroclaw_channel_core::InboundMessage,
+                session_key: &str,
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<$crate::storage::JournalInsert> {
+                let payload = serde_json::to_string(message)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                let inserted: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO inbound (channel, chat_id, platform_id, session_key, payload, received_at) \
+                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (channel, chat_id, platform_id) DO NOTHING RETURNING id",
+                )
+                .bind(&message.route.channel)
+                .bind(&message.route.chat_id)
+                .bind(&message.platform_message_id)
+                .bind(session_key)
+                .bind(payload)
+                .bind(now_ms)
+                .fetch_optional(&self.write)
+                .await?;
+                if let Some(id) = inserted {
+                    return Ok($crate::storage::JournalInsert::New($crate::storage::JournalEntry {
+                        id,
+                        session_key: session_key.to_string(),
+                        message: message.clone(),
+                    }));
+                }
+                let (id, session_key): (i64, String) = sqlx::query_as(
+                    "SELECT id, session_key FROM inbound WHERE channel = $1 AND chat_id = $2 AND platform_id = $3",
+                )
+                .bind(&message.route.channel)
+                .bind(&message.route.chat_id)
+                .bind(&message.platform_message_id)
+                .fetch_one(&self.write)
+                .await?;
+                Ok($crate::storage::JournalInsert::Duplicate { id, session_key })
+            }
+
+            async fn journal_pending(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::JournalEntry>> {
+                let rows = sqlx::query(
+                    "SELECT id, session_key, payload FROM inbound WHERE state = 'pending' ORDER BY id",
+                )
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_journal).collect()
+            }
+
+            async fn journal_state(&self, id: i64) -> $crate::storage::StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar("SELECT state FROM inbound WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.read)
+                    .await?)
+            }
+
+            async fn session_get_or_create(
+                &self,
+                key: &str,
+                route: &ferroclaw_channel_core::ChatRoute,
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<$crate::storage::SessionRow> {
+                if let Some(row) = self.session_get(key).await? {
+                    return Ok(row);
+                }
+                let route = serde_json::to_string(route)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                sqlx::query(
+                    "INSERT INTO sessions (key, route, created_at, updated_at) VALUES ($1,$2,$3,$3) \
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(key)
+                .bind(route)
+                .bind(now_ms)
+                .execute(&self.write)
+                .await?;
+                let row = sqlx::query("SELECT * FROM sessions WHERE key = $1")
+                    .bind(key)
+                    .fetch_one(&self.write)
+                    .await?;
+                Self::decode_session(&row)
+            }
+
+            async fn session_get(&self, key: &str) -> $crate::storage::StoreResult<Option<$crate::storage::SessionRow>> {
+                let row = sqlx::query("SELECT * FROM sessions WHERE key = $1")
+                    .bind(key)
+                    .fetch_optional(&self.read)
+                    .await?;
+                row.as_ref().map(Self::decode_session).transpose()
+            }
+
+            async fn session_set_model(&self, key: &str, model: Option<&str>) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE sessions SET model = $2 WHERE key = $1")
+                    .bind(key)
+                    .bind(model)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn session_reset(&self, key: &str, now_ms: i64) -> $crate::storage::StoreResult<i64> {
+                let epoch: i64 = sqlx::query_scalar(
+                    "UPDATE sessions SET epoch = epoch + 1, summary = NULL, summary_upto = 0, updated_at = $2 \
+                     WHERE key = $1 RETURNING epoch",
+                )
+                .bind(key)
+                .bind(now_ms)
+                .fetch_one(&self.write)
+                .await?;
+                Ok(epoch)
+            }
+
+            async fn session_set_summary(&self, key: &str, summary: &str, upto: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE sessions SET summary = $2, summary_upto = $3 WHERE key = $1")
+                    .bind(key)
+                    .bind(summary)
+                    .bind(upto)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn session_list(&self, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::SessionRow>> {
+                let rows = sqlx::query("SELECT * FROM sessions ORDER BY updated_at DESC, key LIMIT $1")
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?;
+                rows.iter().map(Self::decode_session).collect()
+            }
+
+            async fn transcript_recent(
+                &self,
+                key: &str,
+                epoch: i64,
+                after_id: i64,
+                limit: i64,
+            ) -> $crate::storage::StoreResult<Vec<$crate::storage::TranscriptEntry>> {
+                let rows: Vec<(i64, String, String, Option<String>, Option<String>, Option<String>, i64, i64)> =
+                    sqlx::query_as(
+                        "SELECT id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out \
+                         FROM transcript WHERE session_key = $1 AND epoch = $2 AND id > $3 \
+                         ORDER BY id DESC LIMIT $4",
+                    )
+                    .bind(key)
+                    .bind(epoch)
+                    .bind(after_id)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .rev()
+                    .map(|(id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out)| {
+                        $crate::storage::TranscriptEntry { id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out }
+                    })
+                    .collect())
+            }
+
+            async fn commit_turn(&self, turn: &$crate::storage::TurnCommit) -> $crate::storage::StoreResult<Vec<i64>> {
+                let mut tx = self.write.begin().await?;
+                if let Some(journal_id) = turn.journal_id {
+                    let done = sqlx::query("UPDATE inbound SET state = 'done', done_at = $2 WHERE id = $1 AND state = 'pending'")
+                        .bind(journal_id)
+                        .bind(turn.now_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    if done.rows_affected() != 1 {
+                        return Err($crate::storage::StoreError::AlreadyAnswered(journal_id));
+                    }
+                }
+                for entry in &turn.entries {
+                    sqlx::query(
+                        "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
+                         tokens_in, tokens_out, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+                    )
+                    .bind(&turn.session_key)
+                    .bind(turn.epoch)
+                    .bind(&entry.role)
+                    .bind(&entry.content)
+                    .bind(&entry.tool_calls)
+                    .bind(&entry.tool_call_id)
+                    .bind(&entry.model)
+                    .bind(entry.tokens_in)
+                    .bind(entry.tokens_out)
+                    .bind(turn.now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let mut ids = Vec::with_capacity(turn.outbound.len());
+                for message in &turn.outbound {
+                    ids.push(Self::insert_outbound(&mut *tx, &turn.session_key, message, turn.now_ms).await?);
+                }
+                sqlx::query(
+                    "UPDATE sessions SET tokens_in = tokens_in + $2, tokens_out = tokens_out + $3, \
+                     last_model = COALESCE($4, last_model), updated_at = $5 WHERE key = $1",
+                )
+                .bind(&turn.session_key)
+                .bind(turn.tokens_in)
+                .bind(turn.tokens_out)
+                .bind(&turn.last_model)
+                .bind(turn.now_ms)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(ids)
+            }
+
+            async fn outbox_push(
+                &self,
+                session_key: &str,
+                messages: &[$crate::storage::NewOutbound],
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<Vec<i64>> {
+                let mut tx = self.write.begin().await?;
+                let mut ids = Vec::with_capacity(messages.len());
+                for message in messages {
+                    ids.push(Self::insert_outbound(&mut *tx, session_key, message, now_ms).await?);
+                }
+                tx.commit().await?;
+                Ok(ids)
+            }
+
+            async fn outbox_pending(&self, channel: &str, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    "SELECT o.*, e.platform_message_id AS edit_platform_id FROM outbox o \
+                     LEFT JOIN outbox e ON e.id = o.edit_of \
+                     WHERE o.channel = $1 AND o.state = 'pending' ORDER BY o.id LIMIT $2",
+                )
+                .bind(channel)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+
+            async fn outbox_mark_delivered(&self, id: i64, platform_message_id: Option<&str>, now_ms: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query(
+                    "UPDATE outbox SET state = 'delivered', platform_message_id = $2, delivered_at = $3, \
+                     attempts = attempts + 1 WHERE id = $1",
+                )
+                .bind(id)
+                .bind(platform_message_id)
+                .bind(now_ms)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            }
+
+            async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str) -> $crate::storage::StoreResult<()> {
+                sqlx::query(
+                    "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1",
+                )
+                .bind(id)
+                .bind(next_attempt_ms)
+                .bind(error)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            }
+
+            async fn outbox_mark_rejected(&self, id: i64, error: &str) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE outbox SET state = 'rejected', attempts = attempts + 1, last_error = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(error)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn outbox_conversation(
+                &self,
+                channel: &str,
+                chat_id: &str,
+                after: i64,
+                limit: i64,
+            ) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    "SELECT o.*, e.platform_message_id AS edit_platform_id FROM outbox o \
+                     LEFT JOIN outbox e ON e.id = o.edit_of \
+                     WHERE o.channel = $1 AND o.chat_id = $2 AND o.id > $3 ORDER BY o.id LIMIT $4",
+                )
+                .bind(channel)
+                .bind(chat_id)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+        }
+    };
+}
+
+pub(crate) use impl_store;

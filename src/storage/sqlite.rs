@@ -1,0 +1,36 @@
+//! The SQLite store: one file, WAL, a single writer connection and a few readers.
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Pool, Sqlite};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub struct SqliteStore {
+    write: Pool<Sqlite>,
+    read: Pool<Sqlite>,
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database at a `sqlite:` URL.
+    pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(false);
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(0)
+            .connect_with(options.read_only(false))
+            .await?;
+        Ok(SqliteStore { write, read })
+    }
+}
+
+super::shared_sql::impl_store!(SqliteStore, Sqlite, sqlx::migrate!("./migrations/sqlite"));

@@ -1,0 +1,100 @@
+//! Rows the store reads and writes, in ferroclaw's own types.
+
+use ferroclaw_channel_core::{ChatRoute, InboundMessage, OutboundKind, OutboundMessage};
+
+/// One journalled inbound message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    pub id: i64,
+    pub session_key: String,
+    pub message: InboundMessage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalInsert {
+    New(JournalEntry),
+    Duplicate { id: i64, session_key: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    pub key: String,
+    pub route: ChatRoute,
+    pub epoch: i64,
+    pub model: Option<String>,
+    pub summary: Option<String>,
+    pub summary_upto: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub last_model: Option<String>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptEntry {
+    pub id: i64,
+    pub role: String,
+    pub content: String,
+    /// JSON array of tool calls made by an assistant message.
+    pub tool_calls: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub model: Option<String>,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NewTranscriptEntry {
+    pub role: String,
+    pub content: String,
+    pub tool_calls: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub model: Option<String>,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutbound {
+    pub route: ChatRoute,
+    pub kind: OutboundKind,
+    pub text: String,
+    pub in_reply_to: Option<String>,
+    pub edit_of: Option<i64>,
+}
+
+/// Everything one turn writes, committed in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnCommit {
+    /// The journal entry this turn answers (None for internal turns).
+    pub journal_id: Option<i64>,
+    pub session_key: String,
+    pub epoch: i64,
+    pub entries: Vec<NewTranscriptEntry>,
+    pub outbound: Vec<NewOutbound>,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub last_model: Option<String>,
+    pub now_ms: i64,
+}
+
+/// One outbox row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub message: OutboundMessage,
+    pub session_key: String,
+    pub state: String,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub platform_message_id: Option<String>,
+}
+
+impl OutboxEntry {
+    pub fn kind_str(&self) -> &'static str {
+        self.message.kind.as_str()
+    }
+}
+
+pub(crate) fn kind_from_db(s: &str) -> Result<OutboundKind, super::StoreError> {
+    OutboundKind::parse(s).ok_or_else(|| super::StoreError::Corrupt(format!("unknown outbox kind `{s}`")))
+}
