@@ -30,7 +30,10 @@ pub struct App {
 
 impl App {
     /// Connect and migrate the store, then start one delivery worker per channel.
-    pub async fn build(loaded: &LoadedConfig, channels: Vec<Arc<dyn Channel>>) -> anyhow::Result<App> {
+    pub async fn build(
+        loaded: &LoadedConfig,
+        channels: Vec<Arc<dyn Channel>>,
+    ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
         let store = storage::connect(&config.storage.url)
             .await
@@ -47,7 +50,10 @@ impl App {
     ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
         let chain = Arc::new(build_chain(loaded)?);
-        let channel_map: ChannelMap = channels.iter().map(|c| (c.name().to_string(), c.clone())).collect();
+        let channel_map: ChannelMap = channels
+            .iter()
+            .map(|c| (c.name().to_string(), c.clone()))
+            .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
         let engine = Arc::new(Engine::new(
             store.clone(),
@@ -98,11 +104,16 @@ impl App {
         self.lanes.shutdown(grace).await;
         self.workers_cancel.cancel();
         self.worker_tracker.close();
-        if tokio::time::timeout(grace.max(Duration::from_secs(1)), self.worker_tracker.wait())
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            grace.max(Duration::from_secs(1)),
+            self.worker_tracker.wait(),
+        )
+        .await
+        .is_err()
         {
-            tracing::warn!("outbox flush did not finish in time; undelivered messages go out after restart");
+            tracing::warn!(
+                "outbox flush did not finish in time; undelivered messages go out after restart"
+            );
         }
     }
 }
@@ -119,7 +130,10 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
     for (name, provider) in &config.providers {
         if loaded.unusable_providers.contains(name) {
             let var = provider.api_key_env.as_deref().unwrap_or("");
-            unusable.insert(name.clone(), format!("provider `{name}` needs its API key in {var}"));
+            unusable.insert(
+                name.clone(),
+                format!("provider `{name}` needs its API key in {var}"),
+            );
             continue;
         }
         let key = loaded.secrets.provider_keys.get(name).cloned().flatten();

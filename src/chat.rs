@@ -44,6 +44,9 @@ pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
     }
     app.lanes.wait_idle().await;
     app.flush_outbox().await;
-    app.shutdown(Duration::from_secs(loaded.config.server.shutdown_grace_secs)).await;
+    app.shutdown(Duration::from_secs(
+        loaded.config.server.shutdown_grace_secs,
+    ))
+    .await;
     Ok(())
 }

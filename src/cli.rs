@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "ferroclaw", version, about = "Self-hosted chat-channel bot service")]
+#[command(
+    name = "ferroclaw",
+    version,
+    about = "Self-hosted chat-channel bot service"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -22,7 +22,7 @@ impl Ingress {
         let pending = self.store.journal_pending().await?;
         let mut n = 0;
         for entry in pending {
-            if channels.iter().any(|c| *c == entry.message.route.channel) {
+            if channels.contains(&entry.message.route.channel) {
                 self.lanes.submit(entry);
                 n += 1;
             }
@@ -44,7 +44,10 @@ impl Inbox for Ingress {
             JournalInsert::New(entry) => {
                 let journal_id = entry.id;
                 self.lanes.submit(entry);
-                Accepted::New { session_key, journal_id }
+                Accepted::New {
+                    session_key,
+                    journal_id,
+                }
             }
             JournalInsert::Duplicate { id, session_key } => Accepted::Duplicate {
                 session_key,

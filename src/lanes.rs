@@ -60,7 +60,9 @@ impl Lanes {
         queues.insert(key.clone(), VecDeque::from([entry]));
         self.inner.active.send_modify(|n| *n += 1);
         let inner = self.inner.clone();
-        self.inner.tracker.spawn(async move { inner.run_lane(key).await });
+        self.inner
+            .tracker
+            .spawn(async move { inner.run_lane(key).await });
     }
 
     /// Sessions with a running or queued turn.
@@ -70,7 +72,13 @@ impl Lanes {
 
     /// Messages waiting behind a running turn, across all sessions.
     pub fn queued(&self) -> usize {
-        self.inner.queues.lock().expect("lanes lock").values().map(VecDeque::len).sum()
+        self.inner
+            .queues
+            .lock()
+            .expect("lanes lock")
+            .values()
+            .map(VecDeque::len)
+            .sum()
     }
 
     /// Resolve when no lane has work.
@@ -83,8 +91,13 @@ impl Lanes {
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.closing.store(true, Ordering::Release);
         self.inner.tracker.close();
-        if tokio::time::timeout(grace, self.inner.tracker.wait()).await.is_err() {
-            tracing::warn!("turns still running after the grace period; they will be redone after restart");
+        if tokio::time::timeout(grace, self.inner.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "turns still running after the grace period; they will be redone after restart"
+            );
             self.inner.cancel.cancel();
             self.inner.tracker.wait().await;
         }
@@ -97,7 +110,10 @@ impl Inner {
             let next = {
                 let mut queues = self.queues.lock().expect("lanes lock");
                 let closing = self.closing.load(Ordering::Acquire);
-                match queues.get_mut(&key).and_then(|q| if closing { None } else { q.pop_front() }) {
+                match queues
+                    .get_mut(&key)
+                    .and_then(|q| if closing { None } else { q.pop_front() })
+                {
                     Some(entry) => entry,
                     None => {
                         queues.remove(&key);

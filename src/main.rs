@@ -18,10 +18,12 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Serve(arg) => with_config(&arg, |loaded| async move { ferroclaw::serve::run(&loaded).await }),
-        Command::Chat { config, session } => {
-            with_config(&config, |loaded| async move { ferroclaw::chat::run(&loaded, &session).await })
-        }
+        Command::Serve(arg) => with_config(&arg, |loaded| async move {
+            ferroclaw::serve::run(&loaded).await
+        }),
+        Command::Chat { config, session } => with_config(&config, |loaded| async move {
+            ferroclaw::chat::run(&loaded, &session).await
+        }),
         Command::Migrate(arg) => with_config(&arg, |loaded| async move {
             let store = ferroclaw::storage::connect(&loaded.config.storage.url).await?;
             store.migrate().await?;

@@ -21,7 +21,12 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     for (name, hook) in &config.channels.webhook {
         let secret = loaded.secrets.webhook_secrets[name].clone();
-        channels.push(Arc::new(WebhookChannel::new(name, secret, &hook.callback_url, http.clone())));
+        channels.push(Arc::new(WebhookChannel::new(
+            name,
+            secret,
+            &hook.callback_url,
+            http.clone(),
+        )));
     }
     let app = App::build(loaded, channels).await?;
 
@@ -66,7 +71,8 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .await
         .context("HTTP server failed")?;
     tracing::info!("shutting down: finishing running turns");
-    app.shutdown(Duration::from_secs(config.server.shutdown_grace_secs)).await;
+    app.shutdown(Duration::from_secs(config.server.shutdown_grace_secs))
+        .await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -25,7 +25,10 @@ pub fn router(store: Arc<dyn Store>, channels: ChannelMap) -> Router {
 async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
     if let Err(err) = health.store.ping().await {
         tracing::warn!(error = %err, "readiness: storage unreachable");
-        return (StatusCode::SERVICE_UNAVAILABLE, "storage unreachable".into());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage unreachable".into(),
+        );
     }
     let waiting: Vec<&str> = health
         .channels

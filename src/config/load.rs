@@ -80,7 +80,10 @@ pub fn load_with(
     let mut figment = Figment::new();
     let source = if path.exists() {
         if let Err(err) = std::fs::read_to_string(path) {
-            return Err(single("-c", format!("cannot read {}: {err}", path.display())));
+            return Err(single(
+                "-c",
+                format!("cannot read {}: {err}", path.display()),
+            ));
         }
         figment = figment.merge(Toml::file_exact(path));
         Some(path.to_path_buf())
@@ -171,17 +174,28 @@ fn validate(
     };
     let secret = |name: &str| env(name).filter(|v| !v.is_empty()).map(SecretString::from);
 
-    if config.server.listen.parse::<std::net::SocketAddr>().is_err() {
+    if config
+        .server
+        .listen
+        .parse::<std::net::SocketAddr>()
+        .is_err()
+    {
         problem(
             "server.listen",
-            format!("`{}` is not an address like 127.0.0.1:8787", config.server.listen),
+            format!(
+                "`{}` is not an address like 127.0.0.1:8787",
+                config.server.listen
+            ),
         );
     }
     if config.server.max_body_bytes == 0 {
         problem("server.max_body_bytes", "must be greater than 0".into());
     }
     let url = &config.storage.url;
-    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if !(url.starts_with("sqlite:")
+        || url.starts_with("postgres://")
+        || url.starts_with("postgresql://"))
+    {
         problem(
             "storage.url",
             "must start with sqlite:, postgres:// or postgresql://".into(),
@@ -193,11 +207,17 @@ fn validate(
             if !config.providers.contains_key(provider) {
                 problem(
                     key,
-                    format!("unknown provider `{provider}` (configured: {})", provider_list(config)),
+                    format!(
+                        "unknown provider `{provider}` (configured: {})",
+                        provider_list(config)
+                    ),
                 );
             }
         }
-        _ => problem(key, format!("`{model}` is not of the form <provider>/<model id>")),
+        _ => problem(
+            key,
+            format!("`{model}` is not of the form <provider>/<model id>"),
+        ),
     };
     check_model("agent.model", &config.agent.model);
     for (i, model) in config.agent.fallbacks.iter().enumerate() {
@@ -251,7 +271,11 @@ fn validate(
         }
     }
     for (name, hook) in &config.channels.webhook {
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             problem(
                 &format!("channels.webhook.{name}"),
                 "webhook names may hold only letters, digits, '-' and '_'".into(),

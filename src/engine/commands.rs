@@ -50,7 +50,11 @@ impl Command {
 }
 
 impl Engine {
-    pub(super) async fn run_command(&self, command: Command, session: &mut SessionRow) -> Result<TurnOutput, TurnError> {
+    pub(super) async fn run_command(
+        &self,
+        command: Command,
+        session: &mut SessionRow,
+    ) -> Result<TurnOutput, TurnError> {
         let now = crate::clock::now_ms();
         let (kind, text) = match command {
             Command::Help => (OutboundKind::Reply, HELP_TEXT.to_string()),
@@ -58,7 +62,10 @@ impl Engine {
                 session.epoch = self.store.session_reset(&session.key, now).await?;
                 session.summary = None;
                 session.summary_upto = 0;
-                (OutboundKind::Status, "Started a fresh session. The previous conversation is archived.".into())
+                (
+                    OutboundKind::Status,
+                    "Started a fresh session. The previous conversation is archived.".into(),
+                )
             }
             Command::Status => (OutboundKind::Status, self.status_text(session)),
             Command::Model(None) => (
@@ -67,15 +74,26 @@ impl Engine {
             ),
             Command::Model(Some(name)) => match ModelRef::parse(&name) {
                 Some(model) if self.chain.knows(&model) => {
-                    self.store.session_set_model(&session.key, Some(&name)).await?;
+                    self.store
+                        .session_set_model(&session.key, Some(&name))
+                        .await?;
                     session.model = Some(name.clone());
-                    (OutboundKind::Status, format!("Model for this session set to {model}."))
+                    (
+                        OutboundKind::Status,
+                        format!("Model for this session set to {model}."),
+                    )
                 }
                 Some(model) => (
                     OutboundKind::Error,
-                    format!("Unknown provider `{}`; use one of the configured providers.", model.provider),
+                    format!(
+                        "Unknown provider `{}`; use one of the configured providers.",
+                        model.provider
+                    ),
                 ),
-                None => (OutboundKind::Error, "Usage: /model <provider>/<model id>".into()),
+                None => (
+                    OutboundKind::Error,
+                    "Usage: /model <provider>/<model id>".into(),
+                ),
             },
             Command::Plan(_) | Command::Stop | Command::Subagents(_) => (
                 OutboundKind::Status,
@@ -93,11 +111,20 @@ impl Engine {
         let mut out = String::new();
         let _ = writeln!(out, "Session: {}", session.key);
         let _ = writeln!(out, "Model: {}", self.session_model(session));
-        let fallbacks: Vec<String> = self.chain.fallbacks().iter().map(ToString::to_string).collect();
+        let fallbacks: Vec<String> = self
+            .chain
+            .fallbacks()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         let _ = writeln!(
             out,
             "Fallbacks: {}",
-            if fallbacks.is_empty() { "none".into() } else { fallbacks.join(", ") }
+            if fallbacks.is_empty() {
+                "none".into()
+            } else {
+                fallbacks.join(", ")
+            }
         );
         if let Some(last) = &session.last_model {
             let _ = writeln!(out, "Last answer from: {last}");
@@ -126,7 +153,13 @@ mod tests {
             Command::parse("/model openai/gpt-4o"),
             Some(Command::Model(Some("openai/gpt-4o".into())))
         );
-        assert_eq!(Command::parse("/plan  build it "), Some(Command::Plan("build it".into())));
-        assert_eq!(Command::parse("/bogus"), Some(Command::Unknown("bogus".into())));
+        assert_eq!(
+            Command::parse("/plan  build it "),
+            Some(Command::Plan("build it".into()))
+        );
+        assert_eq!(
+            Command::parse("/bogus"),
+            Some(Command::Unknown("bogus".into()))
+        );
     }
 }

@@ -16,7 +16,10 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
         ));
     }
     // A window may start in the middle of a tool exchange; skip to the first user message.
-    let start = history.iter().position(|e| e.role == "user").unwrap_or(history.len());
+    let start = history
+        .iter()
+        .position(|e| e.role == "user")
+        .unwrap_or(history.len());
     for entry in &history[start..] {
         let Some(role) = Role::parse(&entry.role) else {
             continue;

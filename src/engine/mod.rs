@@ -13,7 +13,9 @@ pub use commands::{Command, HELP_TEXT};
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, FallbackChain, ModelRef, Role};
-use crate::storage::{JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit};
+use crate::storage::{
+    JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
+};
 use ferroclaw_channel_core::{Channel, OutboundKind};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,7 +82,10 @@ impl Engine {
     pub async fn handle(&self, entry: &JournalEntry) -> Result<(), TurnError> {
         let now = crate::clock::now_ms();
         let route = &entry.message.route;
-        let mut session = self.store.session_get_or_create(&entry.session_key, route, now).await?;
+        let mut session = self
+            .store
+            .session_get_or_create(&entry.session_key, route, now)
+            .await?;
         let text = entry.message.text.trim();
         let output = match Command::parse(text) {
             Some(command) => self.run_command(command, &mut session).await?,
@@ -120,7 +125,10 @@ impl Engine {
             Ok(_) => {}
             // Another attempt already answered it: the earlier answer stands, this one is dropped.
             Err(StoreError::AlreadyAnswered(id)) => {
-                tracing::warn!(journal_id = id, "turn already answered; dropping duplicate result");
+                tracing::warn!(
+                    journal_id = id,
+                    "turn already answered; dropping duplicate result"
+                );
             }
             Err(err) => return Err(err.into()),
         }
@@ -133,10 +141,19 @@ impl Engine {
         ModelRef::parse(name).expect("models are validated at config load and on /model")
     }
 
-    async fn run_model_turn(&self, entry: &JournalEntry, session: &SessionRow) -> Result<TurnOutput, TurnError> {
+    async fn run_model_turn(
+        &self,
+        entry: &JournalEntry,
+        session: &SessionRow,
+    ) -> Result<TurnOutput, TurnError> {
         let history = self
             .store
-            .transcript_recent(&session.key, session.epoch, session.summary_upto, context::HISTORY_ENTRIES)
+            .transcript_recent(
+                &session.key,
+                session.epoch,
+                session.summary_upto,
+                context::HISTORY_ENTRIES,
+            )
             .await?;
         let user_text = entry.message.text.clone();
         let mut messages = context::history_messages(session.summary.as_deref(), &history);
@@ -155,7 +172,10 @@ impl Engine {
 
         let channel = self.channels.get(&entry.message.route.channel).cloned();
         let result = match channel {
-            Some(channel) => self.complete_streaming(&model, &request, entry, channel).await,
+            Some(channel) => {
+                self.complete_streaming(&model, &request, entry, channel)
+                    .await
+            }
             None => self.chain.complete(&model, &request, &|_| {}).await,
         };
         Ok(match result {

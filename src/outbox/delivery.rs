@@ -36,7 +36,11 @@ pub struct PassOutcome {
 }
 
 impl DeliveryWorker {
-    pub fn new(store: Arc<dyn Store>, channel: Arc<dyn Channel>, notifier: &OutboxNotifier) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        channel: Arc<dyn Channel>,
+        notifier: &OutboxNotifier,
+    ) -> Self {
         let wake = notifier.handle(channel.name());
         DeliveryWorker {
             store,
@@ -81,9 +85,13 @@ impl DeliveryWorker {
     /// Deliver what is due now: each conversation in order, conversations concurrently.
     pub async fn pass(&self) -> Result<PassOutcome, crate::storage::StoreError> {
         let _one_pass = self.pass_lock.lock().await;
-        let pending = self.store.outbox_pending(self.channel.name(), BATCH).await?;
+        let pending = self
+            .store
+            .outbox_pending(self.channel.name(), BATCH)
+            .await?;
         let more = pending.len() as i64 == BATCH;
-        let mut conversations: BTreeMap<(String, Option<String>), Vec<OutboxEntry>> = BTreeMap::new();
+        let mut conversations: BTreeMap<(String, Option<String>), Vec<OutboxEntry>> =
+            BTreeMap::new();
         for entry in pending {
             let route = &entry.message.route;
             conversations
@@ -129,7 +137,11 @@ impl DeliveryWorker {
             match self.channel.deliver(&entry.message).await {
                 Ok(delivered) => {
                     let platform_id = delivered.platform_message_id.as_deref();
-                    if let Err(err) = self.store.outbox_mark_delivered(id, platform_id, now_ms()).await {
+                    if let Err(err) = self
+                        .store
+                        .outbox_mark_delivered(id, platform_id, now_ms())
+                        .await
+                    {
                         tracing::warn!(outbox_id = id, error = %err, "could not mark delivered");
                         deferred_from_here(&mut outcome, now_ms() + 1000);
                         return outcome;
@@ -140,8 +152,13 @@ impl DeliveryWorker {
                     tracing::warn!(channel = self.channel.name(), outbox_id = id, %reason, "platform rejected message");
                     let _ = self.store.outbox_mark_rejected(id, &reason).await;
                 }
-                Err(DeliveryError::Retry { reason, retry_after }) => {
-                    let backoff = retry_after.unwrap_or_else(|| backoff(entry.attempts)).min(MAX_BACKOFF);
+                Err(DeliveryError::Retry {
+                    reason,
+                    retry_after,
+                }) => {
+                    let backoff = retry_after
+                        .unwrap_or_else(|| backoff(entry.attempts))
+                        .min(MAX_BACKOFF);
                     let at = now_ms() + backoff.as_millis() as i64;
                     tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
                     let _ = self.store.outbox_retry_later(id, at, &reason).await;

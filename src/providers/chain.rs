@@ -121,19 +121,28 @@ impl FallbackChain {
             };
             let mut attempt = 0;
             loop {
-                let result = tokio::time::timeout(self.request_timeout, provider.complete(&model.model, request, &sink))
-                    .await
-                    .unwrap_or(Err(ProviderError::Timeout));
+                let result = tokio::time::timeout(
+                    self.request_timeout,
+                    provider.complete(&model.model, request, &sink),
+                )
+                .await
+                .unwrap_or(Err(ProviderError::Timeout));
                 let error = match result {
                     Ok(response) => return Ok((response, model.clone())),
                     Err(error) => error,
                 };
                 tracing::warn!(model = %model, attempt, error = %error, "model call failed");
                 if streamed.load(Ordering::Relaxed) {
-                    return Err(ChainError::AfterStreaming { model: model.to_string(), error });
+                    return Err(ChainError::AfterStreaming {
+                        model: model.to_string(),
+                        error,
+                    });
                 }
                 if error.is_final() {
-                    return Err(ChainError::Final { model: model.to_string(), error });
+                    return Err(ChainError::Final {
+                        model: model.to_string(),
+                        error,
+                    });
                 }
                 if error.is_retryable() && attempt < self.retries_per_model {
                     attempt += 1;

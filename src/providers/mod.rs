@@ -147,9 +147,8 @@ impl ProviderError {
 
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            ProviderError::RateLimited { retry_after } | ProviderError::Overloaded { retry_after } => {
-                *retry_after
-            }
+            ProviderError::RateLimited { retry_after }
+            | ProviderError::Overloaded { retry_after } => *retry_after,
             _ => None,
         }
     }

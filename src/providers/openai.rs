@@ -1,7 +1,9 @@
 //! OpenAI-compatible chat completions (`POST {base_url}/chat/completions`, SSE streaming).
 //! Also serves OpenRouter, Ollama, vLLM and llama.cpp servers.
 
-use super::{ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage};
+use super::{
+    ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
+};
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -68,7 +70,10 @@ impl ModelProvider for OpenAiProvider {
         request: &ChatRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let mut builder = self.http.post(&self.endpoint).json(&Self::body(model, request));
+        let mut builder = self
+            .http
+            .post(&self.endpoint)
+            .json(&Self::body(model, request));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }
@@ -145,7 +150,10 @@ impl StreamAssembly {
             {
                 call.name = name.to_string();
             }
-            if let Some(args) = fragment.pointer("/function/arguments").and_then(Value::as_str) {
+            if let Some(args) = fragment
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+            {
                 call.arguments.push_str(args);
             }
         }
@@ -189,11 +197,19 @@ fn without_url(err: &reqwest::Error) -> String {
 
 pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<f64>().ok().map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)))
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|s| Duration::from_secs_f64(s.clamp(0.0, 3600.0)))
 }
 
 /// Map an HTTP error status and body to an error class (both protocols share this).
-pub(super) fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+pub(super) fn classify_status(
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+) -> ProviderError {
     let lower = body.to_ascii_lowercase();
     let context_too_long = lower.contains("context_length_exceeded")
         || lower.contains("prompt is too long")
@@ -228,20 +244,39 @@ mod tests {
     fn error_statuses_map_to_the_classes_the_chain_acts_on() {
         let cases = [
             (429, "{}", ProviderError::RateLimited { retry_after: None }),
-            (429, r#"{"error":{"code":"insufficient_quota"}}"#, ProviderError::Billing),
+            (
+                429,
+                r#"{"error":{"code":"insufficient_quota"}}"#,
+                ProviderError::Billing,
+            ),
             (529, "", ProviderError::Overloaded { retry_after: None }),
             (503, "", ProviderError::Server { status: 503 }),
             (401, "", ProviderError::Auth { status: 401 }),
             (403, "", ProviderError::Auth { status: 403 }),
             (402, "", ProviderError::Billing),
             (404, "", ProviderError::ModelNotFound),
-            (400, r#"{"error":{"code":"context_length_exceeded"}}"#, ProviderError::ContextTooLong),
-            (400, "prompt is too long: 250000 tokens", ProviderError::ContextTooLong),
+            (
+                400,
+                r#"{"error":{"code":"context_length_exceeded"}}"#,
+                ProviderError::ContextTooLong,
+            ),
+            (
+                400,
+                "prompt is too long: 250000 tokens",
+                ProviderError::ContextTooLong,
+            ),
         ];
         for (status, body, expected) in cases {
-            assert_eq!(classify_status(status, body, None), expected, "status {status} body {body}");
+            assert_eq!(
+                classify_status(status, body, None),
+                expected,
+                "status {status} body {body}"
+            );
         }
-        assert!(matches!(classify_status(400, "bad field", None), ProviderError::InvalidRequest(_)));
+        assert!(matches!(
+            classify_status(400, "bad field", None),
+            ProviderError::InvalidRequest(_)
+        ));
     }
 
     #[test]

@@ -88,8 +88,12 @@ pub trait Store: Send + Sync {
     /// the journal entry answered. Returns the outbox ids in order.
     async fn commit_turn(&self, turn: &TurnCommit) -> StoreResult<Vec<i64>>;
     /// Queue bot messages outside a turn commit (interim messages, edits).
-    async fn outbox_push(&self, session_key: &str, messages: &[NewOutbound], now_ms: i64)
-    -> StoreResult<Vec<i64>>;
+    async fn outbox_push(
+        &self,
+        session_key: &str,
+        messages: &[NewOutbound],
+        now_ms: i64,
+    ) -> StoreResult<Vec<i64>>;
     /// Undelivered messages of a channel, oldest first.
     async fn outbox_pending(&self, channel: &str, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
     async fn outbox_mark_delivered(
@@ -98,7 +102,12 @@ pub trait Store: Send + Sync {
         platform_message_id: Option<&str>,
         now_ms: i64,
     ) -> StoreResult<()>;
-    async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str) -> StoreResult<()>;
+    async fn outbox_retry_later(
+        &self,
+        id: i64,
+        next_attempt_ms: i64,
+        error: &str,
+    ) -> StoreResult<()>;
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
     /// Messages of one conversation with id > `after`, oldest first.
     async fn outbox_conversation(

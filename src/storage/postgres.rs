@@ -23,4 +23,8 @@ impl PostgresStore {
     }
 }
 
-super::shared_sql::impl_store!(PostgresStore, Postgres, sqlx::migrate!("./migrations/postgres"));
+super::shared_sql::impl_store!(
+    PostgresStore,
+    Postgres,
+    sqlx::migrate!("./migrations/postgres")
+);

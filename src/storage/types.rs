@@ -11,6 +11,7 @@ pub struct JournalEntry {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // built once per inbound message; boxing buys nothing
 pub enum JournalInsert {
     New(JournalEntry),
     Duplicate { id: i64, session_key: String },
@@ -96,5 +97,6 @@ impl OutboxEntry {
 }
 
 pub(crate) fn kind_from_db(s: &str) -> Result<OutboundKind, super::StoreError> {
-    OutboundKind::parse(s).ok_or_else(|| super::StoreError::Corrupt(format!("unknown outbox kind `{s}`")))
+    OutboundKind::parse(s)
+        .ok_or_else(|| super::StoreError::Corrupt(format!("unknown outbox kind `{s}`")))
 }

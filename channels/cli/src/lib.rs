@@ -3,7 +3,9 @@
 //! this crate only knows how to show bot messages.
 
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, ChatRoute, Delivered, DeliveryError, OutboundKind, OutboundMessage};
+use ferroclaw_channel_core::{
+    Channel, ChatRoute, Delivered, DeliveryError, OutboundKind, OutboundMessage,
+};
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Mutex;
@@ -52,7 +54,10 @@ impl Channel for CliChannel {
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
         let mut state = self.state.lock().expect("cli output lock");
         let was_streamed = message.kind == OutboundKind::Reply
-            && message.in_reply_to.as_ref().is_some_and(|id| state.streamed.remove(id));
+            && message
+                .in_reply_to
+                .as_ref()
+                .is_some_and(|id| state.streamed.remove(id));
         let text = if was_streamed {
             "\n".to_string()
         } else {

@@ -63,9 +63,15 @@ pub trait Channel: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accepted {
     /// Stored in the journal for the first time; it will be processed exactly once.
-    New { session_key: String, journal_id: i64 },
+    New {
+        session_key: String,
+        journal_id: i64,
+    },
     /// Already in the journal (a platform redelivery or a client retry); not processed again.
-    Duplicate { session_key: String, journal_id: i64 },
+    Duplicate {
+        session_key: String,
+        journal_id: i64,
+    },
 }
 
 impl Accepted {

@@ -58,7 +58,10 @@ mod tests {
     #[test]
     fn session_keys_follow_the_spec_table() {
         let cases = [
-            (route("telegram", ChatKind::Direct, "7", None), "agent:main:telegram:dm:7"),
+            (
+                route("telegram", ChatKind::Direct, "7", None),
+                "agent:main:telegram:dm:7",
+            ),
             (
                 route("telegram", ChatKind::Group, "-100", None),
                 "agent:main:telegram:group:-100",
@@ -72,10 +75,18 @@ mod tests {
                 "agent:main:webhook:support:c-42",
             ),
             (
-                route("webhook:support", ChatKind::Conversation, "c-42", Some("t1")),
+                route(
+                    "webhook:support",
+                    ChatKind::Conversation,
+                    "c-42",
+                    Some("t1"),
+                ),
                 "agent:main:webhook:support:c-42:thread:t1",
             ),
-            (route("cli", ChatKind::Conversation, "default", None), "agent:main:cli:default"),
+            (
+                route("cli", ChatKind::Conversation, "default", None),
+                "agent:main:cli:default",
+            ),
         ];
         for (route, expected) in cases {
             assert_eq!(route.session_key(), expected);

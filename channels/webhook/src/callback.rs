@@ -15,7 +15,12 @@ pub struct WebhookChannel {
 
 impl WebhookChannel {
     /// `callback_url` empty: messages are only kept for the list and event endpoints.
-    pub fn new(webhook: &str, secret: SecretString, callback_url: &str, http: reqwest::Client) -> Self {
+    pub fn new(
+        webhook: &str,
+        secret: SecretString,
+        callback_url: &str,
+        http: reqwest::Client,
+    ) -> Self {
         WebhookChannel {
             name: crate::channel_name(webhook),
             secret,
@@ -72,7 +77,11 @@ impl Channel for WebhookChannel {
             .send()
             .await
             .map_err(|e| DeliveryError::Retry {
-                reason: if e.is_timeout() { "callback timed out".into() } else { "callback unreachable".into() },
+                reason: if e.is_timeout() {
+                    "callback timed out".into()
+                } else {
+                    "callback unreachable".into()
+                },
                 retry_after: None,
             })?;
         let status = response.status();

@@ -8,7 +8,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, OutboundMessage, Sender};
+use ferroclaw_channel_core::{
+    Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, OutboundMessage, Sender,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -91,12 +93,14 @@ async fn post_message(
         .endpoints
         .get(&name)
         .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))?;
-    let body = axum::body::to_bytes(body, state.max_body_bytes).await.map_err(|_| {
-        err(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("body exceeds {} bytes", state.max_body_bytes),
-        )
-    })?;
+    let body = axum::body::to_bytes(body, state.max_body_bytes)
+        .await
+        .map_err(|_| {
+            err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body exceeds {} bytes", state.max_body_bytes),
+            )
+        })?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     signature::verify(
         endpoint.secret.expose_secret().as_bytes(),
@@ -109,14 +113,13 @@ async fn post_message(
 
     let message = parse_body(&name, &body).map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
     let message_id = message.platform_message_id.clone();
-    let accepted = state
-        .inbox
-        .accept(message)
-        .await
-        .map_err(|e| {
-            tracing::error!(webhook = %name, error = %e, "could not journal webhook message");
-            err(StatusCode::SERVICE_UNAVAILABLE, "the message could not be stored; retry later")
-        })?;
+    let accepted = state.inbox.accept(message).await.map_err(|e| {
+        tracing::error!(webhook = %name, error = %e, "could not journal webhook message");
+        err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the message could not be stored; retry later",
+        )
+    })?;
     let (status, word) = match &accepted {
         Accepted::New { .. } => (StatusCode::ACCEPTED, "accepted"),
         Accepted::Duplicate { .. } => (StatusCode::OK, "duplicate"),
@@ -217,9 +220,15 @@ async fn list_messages(
         .await
         .map_err(|e| {
             tracing::error!(webhook = %name, error = %e, "could not read conversation");
-            err(StatusCode::SERVICE_UNAVAILABLE, "messages unavailable; retry later")
+            err(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "messages unavailable; retry later",
+            )
         })?;
-    let list: Vec<Value> = messages.iter().map(|m| crate::callback::payload(m, true)).collect();
+    let list: Vec<Value> = messages
+        .iter()
+        .map(|m| crate::callback::payload(m, true))
+        .collect();
     Ok(axum::Json(json!({"messages": list})).into_response())
 }
 
@@ -232,7 +241,10 @@ fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiErr
     if bool::from(given.as_bytes().ct_eq(secret.expose_secret().as_bytes())) {
         Ok(())
     } else {
-        Err(err(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"))
+        Err(err(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+        ))
     }
 }
 
@@ -245,13 +257,34 @@ mod tests {
         let cases = [
             (r#"{"#, "malformed JSON"),
             (r#"[]"#, "JSON object"),
-            (r#"{"message_id":"m","sender":{"id":"u"},"text":"hi"}"#, "`conversation_id`"),
-            (r#"{"conversation_id":"c","sender":{"id":"u"},"text":"hi"}"#, "`message_id`"),
-            (r#"{"conversation_id":"c","message_id":"m","text":"hi"}"#, "`sender`"),
-            (r#"{"conversation_id":"c","message_id":"m","sender":{},"text":"hi"}"#, "`sender.id`"),
-            (r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"}}"#, "`text`"),
-            (r#"{"conversation_id":1,"message_id":"m","sender":{"id":"u"},"text":"x"}"#, "`conversation_id`"),
-            (r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"},"text":"x","thread_id":5}"#, "`thread_id`"),
+            (
+                r#"{"message_id":"m","sender":{"id":"u"},"text":"hi"}"#,
+                "`conversation_id`",
+            ),
+            (
+                r#"{"conversation_id":"c","sender":{"id":"u"},"text":"hi"}"#,
+                "`message_id`",
+            ),
+            (
+                r#"{"conversation_id":"c","message_id":"m","text":"hi"}"#,
+                "`sender`",
+            ),
+            (
+                r#"{"conversation_id":"c","message_id":"m","sender":{},"text":"hi"}"#,
+                "`sender.id`",
+            ),
+            (
+                r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"}}"#,
+                "`text`",
+            ),
+            (
+                r#"{"conversation_id":1,"message_id":"m","sender":{"id":"u"},"text":"x"}"#,
+                "`conversation_id`",
+            ),
+            (
+                r#"{"conversation_id":"c","message_id":"m","sender":{"id":"u"},"text":"x","thread_id":5}"#,
+                "`thread_id`",
+            ),
         ];
         for (body, expected) in cases {
             let err = parse_body("w", body.as_bytes()).unwrap_err();

@@ -59,7 +59,8 @@ pub fn verify(
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    mac.verify_slice(&given).map_err(|_| SignatureError::BadSignature)
+    mac.verify_slice(&given)
+        .map_err(|_| SignatureError::BadSignature)
 }
 
 #[cfg(test)]
@@ -69,11 +70,29 @@ mod tests {
     #[test]
     fn a_signature_verifies_only_for_its_secret_body_and_time() {
         let sig = sign(b"s3cret", 1000, b"{}");
-        assert_eq!(verify(b"s3cret", Some("1000"), Some(&sig), b"{}", 1100), Ok(()));
-        assert_eq!(verify(b"other", Some("1000"), Some(&sig), b"{}", 1100), Err(SignatureError::BadSignature));
-        assert_eq!(verify(b"s3cret", Some("1000"), Some(&sig), b"{ }", 1100), Err(SignatureError::BadSignature));
-        assert_eq!(verify(b"s3cret", Some("1000"), Some(&sig), b"{}", 1301), Err(SignatureError::StaleTimestamp));
-        assert_eq!(verify(b"s3cret", Some("x"), Some(&sig), b"{}", 1000), Err(SignatureError::MissingTimestamp));
-        assert_eq!(verify(b"s3cret", Some("1000"), Some("md5=00"), b"{}", 1000), Err(SignatureError::MissingSignature));
+        assert_eq!(
+            verify(b"s3cret", Some("1000"), Some(&sig), b"{}", 1100),
+            Ok(())
+        );
+        assert_eq!(
+            verify(b"other", Some("1000"), Some(&sig), b"{}", 1100),
+            Err(SignatureError::BadSignature)
+        );
+        assert_eq!(
+            verify(b"s3cret", Some("1000"), Some(&sig), b"{ }", 1100),
+            Err(SignatureError::BadSignature)
+        );
+        assert_eq!(
+            verify(b"s3cret", Some("1000"), Some(&sig), b"{}", 1301),
+            Err(SignatureError::StaleTimestamp)
+        );
+        assert_eq!(
+            verify(b"s3cret", Some("x"), Some(&sig), b"{}", 1000),
+            Err(SignatureError::MissingTimestamp)
+        );
+        assert_eq!(
+            verify(b"s3cret", Some("1000"), Some("md5=00"), b"{}", 1000),
+            Err(SignatureError::MissingSignature)
+        );
     }
 }

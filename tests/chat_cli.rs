@@ -1,0 +1,76 @@
+//! `ferroclaw chat` with piped input against an OpenAI-compatible stand-in.
+
+mod common;
+
+use common::llm::{Behaviour, LlmStandIn};
+use common::service::{config_with_llm, run};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_answers_piped_lines_in_order_and_exits_zero() {
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        config_with_llm(&llm.url, ""),
+    )
+    .unwrap();
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        run(&path, &["chat"], "hello there\nsecond line\n/status\n", &[])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let first = out.stdout.find("echo: hello there").expect(&out.stdout);
+    let second = out.stdout.find("echo: second line").expect(&out.stdout);
+    let status = out
+        .stdout
+        .find("Model: standin/test-model")
+        .expect(&out.stdout);
+    assert!(
+        first < second && second < status,
+        "replies come in input order: {}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("Last answer from: standin/test-model"));
+    assert!(
+        out.stdout.contains("Tokens: 22 in, 14 out"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(llm.count(), 2);
+
+    // The session persists: a new run of the same session sees the earlier turns.
+    let path = dir.path().to_path_buf();
+    let again = tokio::task::spawn_blocking(move || run(&path, &["chat"], "third\n", &[]))
+        .await
+        .unwrap();
+    assert!(again.stdout.contains("echo: third"));
+    let history = llm.requests()[2].body["messages"].to_string();
+    assert!(history.contains("hello there"), "{history}");
+
+    // /new archives it.
+    let path = dir.path().to_path_buf();
+    let fresh = tokio::task::spawn_blocking(move || run(&path, &["chat"], "/new\nfourth\n", &[]))
+        .await
+        .unwrap();
+    assert!(fresh.stdout.contains("Started a fresh session"));
+    let history = llm.requests()[3].body["messages"].to_string();
+    assert!(!history.contains("hello there"), "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_without_a_usable_provider_explains_what_to_configure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        run(&path, &["chat"], "hi\n", &[("OPENAI_API_KEY", "")])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.contains("OPENAI_API_KEY"), "{}", out.stdout);
+}

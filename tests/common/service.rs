@@ -1,0 +1,218 @@
+//! Starts the real `ferroclaw` binary (`serve` on port 0, or `chat` with piped stdin) in a
+//! temporary folder with its own database, and captures its logs.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ferroclaw");
+
+/// A folder holding a config file and (by default) the SQLite database; survives restarts.
+pub struct Workdir {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workdir {
+    pub fn new(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        Workdir { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+}
+
+/// A config with an `echo` OpenAI-compatible provider at `llm_url`, plus `extra` TOML.
+pub fn config_with_llm(llm_url: &str, extra: &str) -> String {
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+shutdown_grace_secs = 5
+
+[agent]
+model = "standin/test-model"
+
+[providers.standin]
+kind = "openai"
+base_url = "{llm_url}"
+
+[fallback]
+retries_per_model = 0
+request_timeout_secs = 30
+
+{extra}
+"#
+    )
+}
+
+pub struct Service {
+    child: Child,
+    pub base: String,
+    logs: Arc<Mutex<String>>,
+}
+
+impl Service {
+    /// Start `ferroclaw serve -c config.toml` in `work` with extra environment variables and
+    /// wait until `/readyz` answers 200.
+    pub async fn start(work: &Workdir, env: &[(&str, &str)]) -> Service {
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .arg("-c")
+            .arg(work.config())
+            .current_dir(work.path())
+            .env("FERROCLAW_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("start ferroclaw serve");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let _ = addr_tx.send(
+                        rest.split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
+                }
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            if let Ok(addr) = addr_rx.try_recv() {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "ferroclaw serve exited with {status}; logs:\n{}",
+                    logs.lock().unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not log its address; logs:\n{}",
+                logs.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let service = Service {
+            child,
+            base: format!("http://{addr}"),
+            logs,
+        };
+        let client = reqwest::Client::new();
+        let url = format!("{}/readyz", service.base);
+        super::wait_for("/readyz to answer 200", Duration::from_secs(20), || {
+            let client = client.clone();
+            let url = url.clone();
+            async move {
+                client
+                    .get(&url)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status() == 200)
+                    .map(|_| ())
+            }
+        })
+        .await;
+        service
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM and wait for the exit code.
+    pub async fn terminate(mut self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), self.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Output of a finished command.
+pub struct Finished {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `ferroclaw ARGS` in `dir` with `stdin` piped in, to completion (bounded).
+pub fn run(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Finished {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("FERROCLAW_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("start ferroclaw");
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ferroclaw {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.join().unwrap();
+    let output = child.wait_with_output().unwrap();
+    Finished {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

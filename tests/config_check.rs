@@ -1,0 +1,152 @@
+//! `ferroclaw config check`: exit 2 with one line per problem naming the key; secrets never
+//! printed; the documented example is itself valid.
+
+mod common;
+
+use common::service::{Finished, run};
+
+fn check(config: &str, env: &[(&str, &str)]) -> Finished {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.toml"), config).unwrap();
+    run(dir.path(), &["config", "check", "-c", "c.toml"], "", env)
+}
+
+#[test]
+fn an_unknown_key_is_rejected_naming_the_key() {
+    let out = check("[server]\nlisten = \"127.0.0.1:1\"\nlistne = 3\n", &[]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("server.listne: unknown key"),
+        "{}",
+        out.stderr
+    );
+    let top = check("[bogus]\nx = 1\n", &[]);
+    assert_eq!(top.code, Some(2));
+    assert!(top.stderr.contains("bogus: unknown key"), "{}", top.stderr);
+}
+
+#[test]
+fn an_unknown_key_in_the_environment_is_rejected_naming_the_key() {
+    let out = check("", &[("FERROCLAW__SERVER__NOPE", "1")]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("server.nope"), "{}", out.stderr);
+}
+
+#[test]
+fn the_environment_overrides_the_file() {
+    let out = check(
+        "[storage]\nurl = \"sqlite://a.db\"\n",
+        &[
+            ("FERROCLAW__STORAGE__URL", "sqlite://from-env.db"),
+            ("FERROCLAW__AGENT__MAX_ITERATIONS", "7"),
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("url = \"sqlite://from-env.db\""),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("max_iterations = 7"), "{}", out.stdout);
+}
+
+#[test]
+fn a_missing_secret_for_an_enabled_channel_names_its_key() {
+    let out = check(
+        "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TEST_UNSET_TOKEN\"\n[channels.webhook.main]\nsecret_env = \"FC_TEST_UNSET_SECRET\"\n",
+        &[],
+    );
+    assert_eq!(out.code, Some(2));
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per problem: {}", out.stderr);
+    assert!(lines.iter().any(|l| l.contains("channels.telegram.token_env") && l.contains("FC_TEST_UNSET_TOKEN")));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("channels.webhook.main.secret_env"))
+    );
+}
+
+#[test]
+fn an_unknown_provider_in_the_model_chain_names_the_key() {
+    let out = check(
+        "[agent]\nmodel = \"nope/x\"\nfallbacks = [\"openai/ok\", \"ghost/y\", \"noslash\"]\n",
+        &[],
+    );
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains("agent.model: unknown provider `nope`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("agent.fallbacks[1]: unknown provider `ghost`"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("agent.fallbacks[2]"), "{}", out.stderr);
+    assert!(!out.stderr.contains("agent.fallbacks[0]"), "{}", out.stderr);
+}
+
+#[test]
+fn a_named_config_file_that_does_not_exist_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &["config", "check", "-c", "missing.toml"],
+        "",
+        &[],
+    );
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("missing.toml"), "{}", out.stderr);
+}
+
+#[test]
+fn without_a_config_file_the_built_in_defaults_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["config", "check"], "", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("url = \"sqlite://ferroclaw.db\""));
+    assert!(out.stdout.contains("listen = \"127.0.0.1:8787\""));
+}
+
+#[test]
+fn secrets_set_in_the_environment_never_appear_in_the_output() {
+    let secrets = [
+        ("OPENAI_API_KEY", "sk-live-openai-0123456789"),
+        ("FC_TEST_TG", "123456:telegram-secret-token"),
+        ("FC_TEST_HOOK", "hook-secret-abcdef"),
+        ("FERROCLAW_ADMIN_TOKEN", "admin-secret-xyz"),
+    ];
+    let out = check(
+        "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TEST_TG\"\n[channels.webhook.main]\nsecret_env = \"FC_TEST_HOOK\"\n",
+        &secrets,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for (_, value) in secrets {
+        assert!(
+            !out.stdout.contains(value) && !out.stderr.contains(value),
+            "secret leaked: {value}"
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("channels.telegram.token_env = FC_TEST_TG: set, [REDACTED]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("providers.openai.api_key_env = OPENAI_API_KEY: set, [REDACTED]")
+    );
+}
+
+#[test]
+fn the_documented_example_config_is_valid() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml.example"))
+            .unwrap();
+    let out = check(&example, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}

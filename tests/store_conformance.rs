@@ -1,0 +1,357 @@
+//! One store conformance suite, run against SQLite and PostgreSQL.
+
+mod common;
+
+use ferroclaw::storage::{
+    JournalInsert, NewOutbound, NewTranscriptEntry, PostgresStore, SqliteStore, Store, StoreError,
+    TurnCommit,
+};
+use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
+use std::sync::Arc;
+
+fn route(channel: &str, chat: &str, thread: Option<&str>) -> ChatRoute {
+    ChatRoute {
+        channel: channel.into(),
+        kind: ChatKind::Conversation,
+        chat_id: chat.into(),
+        thread_id: thread.map(Into::into),
+    }
+}
+
+fn inbound(route: &ChatRoute, id: &str, text: &str) -> InboundMessage {
+    InboundMessage {
+        route: route.clone(),
+        sender: Sender {
+            id: "u1".into(),
+            name: "User".into(),
+        },
+        platform_message_id: id.into(),
+        text: text.into(),
+        mentioned: true,
+        reply_to: None,
+    }
+}
+
+fn out(route: &ChatRoute, text: &str) -> NewOutbound {
+    NewOutbound {
+        route: route.clone(),
+        kind: OutboundKind::Reply,
+        text: text.into(),
+        in_reply_to: None,
+        edit_of: None,
+    }
+}
+
+fn entry(role: &str, content: &str) -> NewTranscriptEntry {
+    NewTranscriptEntry {
+        role: role.into(),
+        content: content.into(),
+        ..Default::default()
+    }
+}
+
+fn commit(
+    journal: Option<i64>,
+    key: &str,
+    epoch: i64,
+    entries: Vec<NewTranscriptEntry>,
+    outbound: Vec<NewOutbound>,
+) -> TurnCommit {
+    TurnCommit {
+        journal_id: journal,
+        session_key: key.into(),
+        epoch,
+        entries,
+        outbound,
+        tokens_in: 10,
+        tokens_out: 5,
+        last_model: Some("p/m".into()),
+        now_ms: 1_000,
+    }
+}
+
+async fn journal_deduplicates_per_channel_and_chat(store: &dyn Store) {
+    let a = route("webhook:w", "c1", None);
+    let b = route("webhook:w", "c2", None);
+    let first = store
+        .journal_insert(&inbound(&a, "m1", "hi"), &a.session_key(), 1)
+        .await
+        .unwrap();
+    let JournalInsert::New(first) = first else {
+        panic!("first insert must be new")
+    };
+    assert_eq!(first.message.text, "hi");
+    let again = store
+        .journal_insert(&inbound(&a, "m1", "hi again"), &a.session_key(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        JournalInsert::Duplicate {
+            id: first.id,
+            session_key: a.session_key()
+        }
+    );
+    let other_chat = store
+        .journal_insert(&inbound(&b, "m1", "hi"), &b.session_key(), 3)
+        .await
+        .unwrap();
+    assert!(
+        matches!(other_chat, JournalInsert::New(_)),
+        "same platform id in another chat is a new message"
+    );
+    let pending = store.journal_pending().await.unwrap();
+    assert_eq!(pending.len(), 2);
+    assert!(
+        pending[0].id < pending[1].id,
+        "pending entries come oldest first"
+    );
+    assert_eq!(pending[0].message, inbound(&a, "m1", "hi"));
+}
+
+async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
+    let r = route("cli", "s1", None);
+    let key = r.session_key();
+    let JournalInsert::New(j) = store
+        .journal_insert(&inbound(&r, "x1", "q"), &key, 1)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    let session = store.session_get_or_create(&key, &r, 1).await.unwrap();
+    assert_eq!(session.epoch, 0);
+    let ids = store
+        .commit_turn(&commit(
+            Some(j.id),
+            &key,
+            0,
+            vec![entry("user", "q"), entry("assistant", "a")],
+            vec![out(&r, "a"), out(&r, "b")],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    assert!(ids[0] < ids[1]);
+    assert_eq!(
+        store.journal_state(j.id).await.unwrap().as_deref(),
+        Some("done")
+    );
+    assert!(
+        store
+            .journal_pending()
+            .await
+            .unwrap()
+            .iter()
+            .all(|p| p.id != j.id)
+    );
+
+    let again = store
+        .commit_turn(&commit(
+            Some(j.id),
+            &key,
+            0,
+            vec![entry("user", "q")],
+            vec![out(&r, "dup")],
+        ))
+        .await;
+    assert!(matches!(again, Err(StoreError::AlreadyAnswered(id)) if id == j.id));
+    let pending = store.outbox_pending("cli", 100).await.unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|p| p.message.text.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"],
+        "a refused commit writes nothing"
+    );
+    let transcript = store.transcript_recent(&key, 0, 0, 100).await.unwrap();
+    assert_eq!(transcript.len(), 2);
+    let session = store.session_get(&key).await.unwrap().unwrap();
+    assert_eq!((session.tokens_in, session.tokens_out), (10, 5));
+    assert_eq!(session.last_model.as_deref(), Some("p/m"));
+}
+
+async fn transcripts_are_windowed_and_archived_by_epoch(store: &dyn Store) {
+    let r = route("cli", "s2", None);
+    let key = r.session_key();
+    store.session_get_or_create(&key, &r, 1).await.unwrap();
+    for i in 0..10 {
+        store
+            .commit_turn(&commit(
+                None,
+                &key,
+                0,
+                vec![entry("user", &format!("m{i}"))],
+                vec![],
+            ))
+            .await
+            .unwrap();
+    }
+    let last3 = store.transcript_recent(&key, 0, 0, 3).await.unwrap();
+    assert_eq!(
+        last3.iter().map(|e| e.content.as_str()).collect::<Vec<_>>(),
+        ["m7", "m8", "m9"]
+    );
+    let after = store
+        .transcript_recent(&key, 0, last3[0].id, 100)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 2, "after_id excludes summarised entries");
+    store
+        .session_set_summary(&key, "summary", last3[0].id)
+        .await
+        .unwrap();
+    let epoch = store.session_reset(&key, 2).await.unwrap();
+    assert_eq!(epoch, 1);
+    let session = store.session_get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (session.epoch, session.summary.clone(), session.summary_upto),
+        (1, None, 0)
+    );
+    assert!(
+        store
+            .transcript_recent(&key, 1, 0, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a reset session starts empty"
+    );
+    assert_eq!(
+        store
+            .transcript_recent(&key, 0, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        10,
+        "the old transcript is kept"
+    );
+    store
+        .session_set_model(&key, Some("p/other"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .session_get(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .model
+            .as_deref(),
+        Some("p/other")
+    );
+    assert!(
+        store
+            .session_list(10)
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.key == key)
+    );
+}
+
+async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
+    let r1 = route("webhook:o", "c1", None);
+    let r2 = route("webhook:o", "c2", Some("t"));
+    let ids = store
+        .outbox_push(&r1.session_key(), &[out(&r1, "one"), out(&r1, "two")], 5)
+        .await
+        .unwrap();
+    let ids2 = store
+        .outbox_push(&r2.session_key(), &[out(&r2, "three")], 5)
+        .await
+        .unwrap();
+    let edit = NewOutbound {
+        edit_of: Some(ids[0]),
+        ..out(&r1, "one (edited)")
+    };
+    let edit_id = store
+        .outbox_push(&r1.session_key(), &[edit], 6)
+        .await
+        .unwrap()[0];
+
+    let pending = store.outbox_pending("webhook:o", 100).await.unwrap();
+    assert_eq!(pending.len(), 4);
+    assert!(
+        pending
+            .windows(2)
+            .all(|w| w[0].message.id < w[1].message.id)
+    );
+    assert_eq!(
+        pending[2].message.route, r2,
+        "the route (with thread) survives the round trip"
+    );
+    assert!(
+        store
+            .outbox_pending("webhook:none", 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    store
+        .outbox_mark_delivered(ids[0], Some("plat-1"), 7)
+        .await
+        .unwrap();
+    store
+        .outbox_retry_later(ids[1], 99_999, "receiver down")
+        .await
+        .unwrap();
+    store.outbox_mark_rejected(ids2[0], "bad").await.unwrap();
+    let pending = store.outbox_pending("webhook:o", 100).await.unwrap();
+    assert_eq!(
+        pending.iter().map(|p| p.message.id).collect::<Vec<_>>(),
+        [ids[1], edit_id]
+    );
+    assert_eq!(
+        (pending[0].attempts, pending[0].next_attempt_at),
+        (1, 99_999)
+    );
+    assert_eq!(pending[1].message.edit_of, Some(ids[0]));
+    assert_eq!(
+        pending[1].message.edit_platform_id.as_deref(),
+        Some("plat-1"),
+        "an edit knows the platform id it replaces"
+    );
+
+    let conv = store
+        .outbox_conversation("webhook:o", "c1", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        conv.iter()
+            .map(|c| c.message.text.as_str())
+            .collect::<Vec<_>>(),
+        ["one", "two", "one (edited)"]
+    );
+    let later = store
+        .outbox_conversation("webhook:o", "c1", ids[1], 100)
+        .await
+        .unwrap();
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].state, "pending");
+    assert_eq!(conv[0].state, "delivered");
+}
+
+async fn suite(store: Arc<dyn Store>) {
+    store.migrate().await.unwrap();
+    store.migrate().await.expect("migrating twice is a no-op");
+    store.ping().await.unwrap();
+    journal_deduplicates_per_channel_and_chat(&*store).await;
+    a_turn_commits_atomically_and_only_once(&*store).await;
+    transcripts_are_windowed_and_archived_by_epoch(&*store).await;
+    outbox_delivery_states_and_conversation_reads(&*store).await;
+}
+
+#[tokio::test]
+async fn the_sqlite_store_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    suite(Arc::new(SqliteStore::connect(&url).await.unwrap())).await;
+}
+
+#[tokio::test]
+async fn the_postgres_store_passes_the_conformance_suite() {
+    let url = common::pg::fresh_database().await;
+    suite(Arc::new(PostgresStore::connect(&url).await.unwrap())).await;
+}
