@@ -1,0 +1,282 @@
+//! `cargo run --release --bin bench`: measures the release `ferroclaw serve` binary end to end
+//! against an instant OpenAI-compatible stand-in and a callback receiver on loopback.
+//!
+//! Reports: time to ready (fresh SQLite database), idle memory, turns per second through the
+//! signed webhook path (journal → lane → model → commit → outbox → signed callback), the
+//! service's own CPU time per turn, and per-turn latency early and late in a long session.
+//! Numbers go to stdout; nothing here asserts on time.
+
+use axum::Router;
+use axum::routing::post;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+const SECRET: &str = "bench-secret";
+
+#[tokio::main]
+async fn main() {
+    let bin = std::env::current_exe().unwrap().with_file_name("ferroclaw");
+    assert!(
+        bin.exists(),
+        "build the service first: cargo build --release"
+    );
+    let turns: usize = arg("--turns").unwrap_or(5000);
+    let conversations: usize = arg("--conversations").unwrap_or(100);
+    let history: usize = arg("--history").unwrap_or(1000);
+
+    let llm = start_llm().await;
+    let receiver = Receiver::start().await;
+
+    // 1. Start-up.
+    let mut ready = Vec::new();
+    for _ in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url).await;
+        wait_ready(&base).await;
+        ready.push(started.elapsed());
+        stop(child);
+    }
+    ready.sort();
+    println!(
+        "start-up to /readyz 200 (fresh SQLite): median {:.1} ms, best {:.1} ms",
+        ms(ready[5]),
+        ms(ready[0])
+    );
+
+    // 2. Idle memory, load, memory after load.
+    let dir = tempfile::tempdir().unwrap();
+    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url).await;
+    wait_ready(&base).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!("idle RSS: {:.1} MB", rss_mb(child.id(), "VmRSS"));
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap();
+    let cpu_before = cpu_secs(child.id());
+    let started = Instant::now();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for worker in 0..64 {
+        let (client, base, sent) = (client.clone(), base.clone(), sent.clone());
+        senders.push(tokio::spawn(async move {
+            loop {
+                let i = sent.fetch_add(1, Ordering::Relaxed);
+                if i >= turns {
+                    break;
+                }
+                let conversation = format!("c{}", (i + worker) % conversations);
+                send(&client, &base, &conversation, &format!("m{i}"), "hello").await;
+            }
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    receiver.wait_for(turns).await;
+    let elapsed = started.elapsed();
+    let cpu = cpu_secs(child.id()) - cpu_before;
+    println!(
+        "throughput: {turns} turns over {conversations} conversations in {:.2} s = {:.0} turns/s",
+        elapsed.as_secs_f64(),
+        turns as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "service CPU per turn (user+sys, all threads): {:.3} ms",
+        cpu * 1000.0 / turns as f64
+    );
+    println!("peak RSS under load: {:.1} MB", rss_mb(child.id(), "VmHWM"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "RSS after load, idle again: {:.1} MB",
+        rss_mb(child.id(), "VmRSS")
+    );
+
+    // 3. Cost as history grows: one session, sequential turns.
+    let mut latencies = Vec::with_capacity(history);
+    for i in 0..history {
+        let before = receiver.count();
+        let t = Instant::now();
+        send(&client, &base, "long", &format!("h{i}"), "tell me more").await;
+        receiver.wait_for(before + 1).await;
+        latencies.push(t.elapsed());
+    }
+    let avg = |s: &[Duration]| s.iter().map(|d| ms(*d)).sum::<f64>() / s.len() as f64;
+    let tenth = (history / 10).max(1);
+    println!(
+        "one session, {history} sequential turns: first {tenth} avg {:.2} ms, last {tenth} avg {:.2} ms (end-to-end incl. HTTP)",
+        avg(&latencies[..tenth]),
+        avg(&latencies[history - tenth..])
+    );
+    stop(child);
+}
+
+fn arg(name: &str) -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn spawn(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    llm: &str,
+    callback: &str,
+) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n\
+         [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n"
+    );
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "-c", "config.toml"])
+        .current_dir(dir)
+        .env("BENCH_SECRET", SECRET)
+        .env("FERROCLAW_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+async fn wait_ready(base: &str) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "service did not become ready");
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+}
+
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+fn rss_mb(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+async fn send(client: &reqwest::Client, base: &str, conversation: &str, id: &str, text: &str) {
+    let body = serde_json::json!({"conversation_id": conversation, "message_id": id,
+        "sender": {"id": "u"}, "text": text})
+    .to_string();
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let sig = ferroclaw_channel_webhook::sign(SECRET.as_bytes(), ts, body.as_bytes());
+    let response = client
+        .post(format!("{base}/v1/webhooks/main/messages"))
+        .header("x-ferroclaw-timestamp", ts.to_string())
+        .header("x-ferroclaw-signature", sig)
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert!(
+        response.status().is_success(),
+        "webhook answered {}",
+        response.status()
+    );
+}
+
+/// An instant OpenAI-compatible stand-in: a fixed short streamed reply.
+async fn start_llm() -> String {
+    const BODY: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok, \"}}]}\n\n\
+        data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done.\"}}]}\n\n\
+        data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(|| async { ([("content-type", "text/event-stream")], BODY) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+struct Receiver {
+    url: String,
+    count: Arc<AtomicUsize>,
+    notify: Arc<Notify>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let count = Arc::new(AtomicUsize::new(0));
+        let notify = Arc::new(Notify::new());
+        let (c, n) = (count.clone(), notify.clone());
+        let app = Router::new().route(
+            "/cb",
+            post(move || {
+                let (c, n) = (c.clone(), n.clone());
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    n.notify_waiters();
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/cb", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Receiver { url, count, notify }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    async fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.count() < n {
+            let _ = tokio::time::timeout(Duration::from_millis(5), self.notify.notified()).await;
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} replies arrived",
+                self.count()
+            );
+        }
+    }
+}
