@@ -7,8 +7,9 @@ use crate::engine::{ChannelMap, Engine};
 use crate::ingress::Ingress;
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryWorker, OutboxNotifier};
-use crate::providers::{FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
+use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
 use crate::storage::{self, Store};
+use crate::tools::ToolRegistry;
 use anyhow::Context;
 use ferroclaw_channel_core::Channel;
 use std::collections::HashMap;
@@ -55,15 +56,20 @@ impl App {
             .map(|c| (c.name().to_string(), c.clone()))
             .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
+        let tools = Arc::new(ToolRegistry::builtin(
+            config.tools.web_fetch_allow_private,
+            reqwest::Client::new(),
+        ));
         let engine = Arc::new(Engine::new(
             store.clone(),
             chain,
             config.clone(),
             channel_map.clone(),
             notifier.clone(),
+            tools,
         ));
         let lanes = Lanes::new(engine, CancellationToken::new());
-        let ingress = Arc::new(Ingress::new(store.clone(), lanes.clone()));
+        let ingress = Arc::new(Ingress::new(store.clone(), lanes.clone(), notifier.clone()));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
         let mut workers = Vec::new();
@@ -145,9 +151,13 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
                 );
             }
             ProviderKind::Anthropic => {
-                unusable.insert(
+                providers.insert(
                     name.clone(),
-                    format!("provider `{name}`: the anthropic protocol is not supported by this build yet"),
+                    Arc::new(AnthropicProvider::new(
+                        http.clone(),
+                        provider.base_url(),
+                        key,
+                    )),
                 );
             }
         }

@@ -1,24 +1,32 @@
 //! Where every inbound message enters: journal it (deduplicated), then queue it on its
-//! session's lane. Implements the [`Inbox`] trait the channel adapters call.
+//! session's lane. `/stop` does not queue: it ends the session's running turn at once and is
+//! answered here. Implements the [`Inbox`] trait the channel adapters call.
 
+use crate::engine::Command;
 use crate::lanes::Lanes;
-use crate::storage::{JournalInsert, Store};
+use crate::outbox::OutboxNotifier;
+use crate::storage::{JournalEntry, JournalInsert, NewOutbound, Store, StoreError, TurnCommit};
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError};
+use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
 
 pub struct Ingress {
     store: Arc<dyn Store>,
     lanes: Lanes,
+    outbox: OutboxNotifier,
 }
 
 impl Ingress {
-    pub fn new(store: Arc<dyn Store>, lanes: Lanes) -> Self {
-        Ingress { store, lanes }
+    pub fn new(store: Arc<dyn Store>, lanes: Lanes, outbox: OutboxNotifier) -> Self {
+        Ingress {
+            store,
+            lanes,
+            outbox,
+        }
     }
 
     /// Queue every journal entry not yet answered whose channel is in `channels`.
-    pub async fn recover(&self, channels: &[String]) -> Result<usize, crate::storage::StoreError> {
+    pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
         let pending = self.store.journal_pending().await?;
         let mut n = 0;
         for entry in pending {
@@ -28,6 +36,43 @@ impl Ingress {
             }
         }
         Ok(n)
+    }
+
+    /// `/stop`: cancel the running turn now (queued messages stay queued) and answer.
+    async fn stop_now(&self, entry: JournalEntry) -> Result<(), StoreError> {
+        let stopped = self.lanes.stop(&entry.session_key);
+        let now = crate::clock::now_ms();
+        let route = &entry.message.route;
+        let session = self
+            .store
+            .session_get_or_create(&entry.session_key, route, now)
+            .await?;
+        let text = if stopped {
+            "⏹ Stopped the running turn."
+        } else {
+            "Nothing is running."
+        };
+        self.store
+            .commit_turn(&TurnCommit {
+                journal_id: Some(entry.id),
+                session_key: entry.session_key.clone(),
+                epoch: session.epoch,
+                entries: Vec::new(),
+                outbound: vec![NewOutbound {
+                    route: route.clone(),
+                    kind: OutboundKind::Status,
+                    text: text.into(),
+                    in_reply_to: Some(entry.message.platform_message_id.clone()),
+                    edit_of: None,
+                }],
+                tokens_in: 0,
+                tokens_out: 0,
+                last_model: None,
+                now_ms: now,
+            })
+            .await?;
+        self.outbox.kick(&route.channel);
+        Ok(())
     }
 }
 
@@ -43,7 +88,14 @@ impl Inbox for Ingress {
         Ok(match inserted {
             JournalInsert::New(entry) => {
                 let journal_id = entry.id;
-                self.lanes.submit(entry);
+                if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
+                    // Journalled already: if this fails, the lane answers it after restart.
+                    if let Err(err) = self.stop_now(entry).await {
+                        tracing::warn!(error = %err, "could not answer /stop");
+                    }
+                } else {
+                    self.lanes.submit(entry);
+                }
                 Accepted::New {
                     session_key,
                     journal_id,

@@ -3,8 +3,9 @@
 //! A lane exists only while its session has work: the first message for an idle session
 //! spawns a lane task, later messages queue behind it, and the lane removes itself when its
 //! queue is empty, so idle sessions hold no memory. Every lane task is owned by the
-//! [`TaskTracker`] and stops on the [`CancellationToken`]; an interrupted turn leaves its
-//! journal entry pending, to be answered after restart.
+//! [`TaskTracker`] and stops on the [`CancellationToken`]; a turn interrupted that way leaves
+//! its journal entry pending, to be answered after restart. `/stop` is different: it ends the
+//! running turn through its own token and the turn commits what it finished.
 
 use crate::engine::Engine;
 use crate::storage::JournalEntry;
@@ -21,11 +22,18 @@ pub struct Lanes {
     inner: Arc<Inner>,
 }
 
+#[derive(Default)]
+struct Lane {
+    queue: VecDeque<JournalEntry>,
+    /// Stops the running turn (`/stop`).
+    running: Option<CancellationToken>,
+}
+
 struct Inner {
-    queues: Mutex<HashMap<String, VecDeque<JournalEntry>>>,
+    lanes: Mutex<HashMap<String, Lane>>,
     engine: Arc<Engine>,
     tracker: TaskTracker,
-    /// Hard stop: abort running turns.
+    /// Hard stop: abort running turns without committing them.
     cancel: CancellationToken,
     /// Soft stop: finish the running turn, start no new one.
     closing: AtomicBool,
@@ -36,7 +44,7 @@ impl Lanes {
     pub fn new(engine: Arc<Engine>, cancel: CancellationToken) -> Self {
         Lanes {
             inner: Arc::new(Inner {
-                queues: Mutex::new(HashMap::new()),
+                lanes: Mutex::new(HashMap::new()),
                 engine,
                 tracker: TaskTracker::new(),
                 cancel,
@@ -52,17 +60,35 @@ impl Lanes {
             return; // it stays pending in the journal and is answered after restart
         }
         let key = entry.session_key.clone();
-        let mut queues = self.inner.queues.lock().expect("lanes lock");
-        if let Some(queue) = queues.get_mut(&key) {
-            queue.push_back(entry);
+        let mut lanes = self.inner.lanes.lock().expect("lanes lock");
+        if let Some(lane) = lanes.get_mut(&key) {
+            lane.queue.push_back(entry);
             return;
         }
-        queues.insert(key.clone(), VecDeque::from([entry]));
+        lanes.insert(
+            key.clone(),
+            Lane {
+                queue: VecDeque::from([entry]),
+                running: None,
+            },
+        );
         self.inner.active.send_modify(|n| *n += 1);
         let inner = self.inner.clone();
         self.inner
             .tracker
             .spawn(async move { inner.run_lane(key).await });
+    }
+
+    /// End the running turn of `session_key` (`/stop`). True when a turn was running.
+    pub fn stop(&self, session_key: &str) -> bool {
+        let lanes = self.inner.lanes.lock().expect("lanes lock");
+        match lanes.get(session_key).and_then(|l| l.running.as_ref()) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sessions with a running or queued turn.
@@ -73,11 +99,11 @@ impl Lanes {
     /// Messages waiting behind a running turn, across all sessions.
     pub fn queued(&self) -> usize {
         self.inner
-            .queues
+            .lanes
             .lock()
             .expect("lanes lock")
             .values()
-            .map(VecDeque::len)
+            .map(|l| l.queue.len())
             .sum()
     }
 
@@ -107,32 +133,45 @@ impl Lanes {
 impl Inner {
     async fn run_lane(self: Arc<Self>, key: String) {
         loop {
+            let stop = CancellationToken::new();
             let next = {
-                let mut queues = self.queues.lock().expect("lanes lock");
+                let mut lanes = self.lanes.lock().expect("lanes lock");
                 let closing = self.closing.load(Ordering::Acquire);
-                match queues
+                let lane = lanes
                     .get_mut(&key)
-                    .and_then(|q| if closing { None } else { q.pop_front() })
-                {
-                    Some(entry) => entry,
+                    .expect("a lane exists while its task runs");
+                match if closing {
+                    None
+                } else {
+                    lane.queue.pop_front()
+                } {
+                    Some(entry) => {
+                        lane.running = Some(stop.clone());
+                        entry
+                    }
                     None => {
-                        queues.remove(&key);
+                        lanes.remove(&key);
                         break;
                     }
                 }
             };
             tokio::select! {
-                _ = self.cancel.cancelled() => break,
-                () = self.handle_with_retry(&next) => {}
+                _ = self.cancel.cancelled() => {
+                    self.lanes.lock().expect("lanes lock").remove(&key);
+                    break;
+                }
+                () = self.handle_with_retry(&next, &stop) => {}
+            }
+            if let Some(lane) = self.lanes.lock().expect("lanes lock").get_mut(&key) {
+                lane.running = None;
             }
         }
-        self.queues.lock().expect("lanes lock").remove(&key);
         self.active.send_modify(|n| *n -= 1);
     }
 
-    async fn handle_with_retry(&self, entry: &JournalEntry) {
+    async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {
         for attempt in 1..=3u32 {
-            match self.engine.handle(entry).await {
+            match self.engine.handle(entry, stop).await {
                 Ok(()) => return,
                 Err(err) => {
                     tracing::warn!(session = %entry.session_key, journal_id = entry.id, attempt, error = %err, "turn failed");

@@ -19,3 +19,4 @@ pub mod providers;
 pub mod serve;
 pub mod server;
 pub mod storage;
+pub mod tools;

@@ -95,7 +95,10 @@ impl Engine {
                     "Usage: /model <provider>/<model id>".into(),
                 ),
             },
-            Command::Plan(_) | Command::Stop | Command::Subagents(_) => (
+            // `/stop` is answered by the ingress while a turn runs; queued behind nothing it
+            // has nothing to stop.
+            Command::Stop => (OutboundKind::Status, "Nothing is running.".into()),
+            Command::Plan(_) | Command::Subagents(_) => (
                 OutboundKind::Status,
                 "That command is not available in this build yet.".into(),
             ),

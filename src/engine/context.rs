@@ -38,3 +38,18 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
     }
     messages
 }
+
+/// The session's own workspace folder: `<root>/<session key with unsafe characters replaced>`.
+pub fn workspace_for(root: &str, session_key: &str) -> std::path::PathBuf {
+    let folder: String = session_key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    std::path::Path::new(root).join(folder)
+}

@@ -1,24 +1,29 @@
 //! The agent engine: turns one journalled inbound message into a committed turn.
 //!
-//! A turn reads the session and its recent transcript, calls the model through the fallback
-//! chain (streaming deltas to the channel), and commits the transcript entries, the bot
-//! messages and the journal's "answered" mark in ONE transaction. It never does channel I/O
-//! other than streaming deltas: replies leave through the outbox (`crate::outbox`).
+//! A turn reads the session and a bounded window of its transcript, runs the tool loop
+//! (`turn.rs`: model → tool calls → results → model, through the fallback chain), and commits
+//! the transcript entries, the bot messages and the journal's "answered" mark in ONE
+//! transaction. It never does channel I/O other than streaming deltas: replies leave through
+//! the outbox (`crate::outbox`).
 
 mod commands;
+mod compact;
 mod context;
+mod turn;
 
 pub use commands::{Command, HELP_TEXT};
 
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
-use crate::providers::{ChainError, ChatMessage, ChatRequest, FallbackChain, ModelRef, Role};
+use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
 use crate::storage::{
     JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
 };
+use crate::tools::ToolRegistry;
 use ferroclaw_channel_core::{Channel, OutboundKind};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Channels by instance name, for streaming deltas.
 pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
@@ -29,6 +34,7 @@ pub struct Engine {
     config: Arc<Config>,
     channels: ChannelMap,
     outbox: OutboxNotifier,
+    tools: Arc<ToolRegistry>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +44,7 @@ pub enum TurnError {
 }
 
 /// What a turn produced before it is committed.
+#[derive(Default)]
 struct TurnOutput {
     entries: Vec<NewTranscriptEntry>,
     outbound: Vec<(OutboundKind, String)>,
@@ -49,11 +56,8 @@ struct TurnOutput {
 impl TurnOutput {
     fn reply(kind: OutboundKind, text: impl Into<String>) -> Self {
         TurnOutput {
-            entries: Vec::new(),
             outbound: vec![(kind, text.into())],
-            tokens_in: 0,
-            tokens_out: 0,
-            model: None,
+            ..Default::default()
         }
     }
 }
@@ -65,6 +69,7 @@ impl Engine {
         config: Arc<Config>,
         channels: ChannelMap,
         outbox: OutboxNotifier,
+        tools: Arc<ToolRegistry>,
     ) -> Self {
         Engine {
             store,
@@ -72,14 +77,27 @@ impl Engine {
             config,
             channels,
             outbox,
+            tools,
         }
     }
 
-    /// Handle one journalled message to completion. On `Ok` the journal entry is answered
-    /// and its replies are in the outbox; on `Err` nothing was committed and the entry stays
-    /// pending (it is picked up again on restart).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn outbox(&self) -> &OutboxNotifier {
+        &self.outbox
+    }
+
+    /// Handle one journalled message to completion. `stop` ends the turn early (`/stop`): what
+    /// finished so far is committed. On `Ok` the journal entry is answered and its replies are
+    /// in the outbox; on `Err` nothing was committed and the entry stays pending.
     #[tracing::instrument(skip_all, fields(session = %entry.session_key, journal_id = entry.id))]
-    pub async fn handle(&self, entry: &JournalEntry) -> Result<(), TurnError> {
+    pub async fn handle(
+        &self,
+        entry: &JournalEntry,
+        stop: &CancellationToken,
+    ) -> Result<(), TurnError> {
         let now = crate::clock::now_ms();
         let route = &entry.message.route;
         let mut session = self
@@ -97,7 +115,7 @@ impl Engine {
                     self.config.agent.max_input_chars
                 ),
             ),
-            None => self.run_model_turn(entry, &session).await?,
+            None => self.run_model_turn(entry, &mut session, stop).await?,
         };
         let in_reply_to = Some(entry.message.platform_message_id.clone());
         let commit = TurnCommit {
@@ -141,86 +159,16 @@ impl Engine {
         ModelRef::parse(name).expect("models are validated at config load and on /model")
     }
 
-    async fn run_model_turn(
-        &self,
-        entry: &JournalEntry,
-        session: &SessionRow,
-    ) -> Result<TurnOutput, TurnError> {
-        let history = self
-            .store
-            .transcript_recent(
-                &session.key,
-                session.epoch,
-                session.summary_upto,
-                context::HISTORY_ENTRIES,
-            )
-            .await?;
-        let user_text = entry.message.text.clone();
-        let mut messages = context::history_messages(session.summary.as_deref(), &history);
-        messages.push(ChatMessage::text(Role::User, user_text.clone()));
-        let request = ChatRequest {
-            system: self.config.agent.system_prompt.clone(),
-            messages,
-            tools: Vec::new(),
-        };
-        let model = self.session_model(session);
-        let user_entry = NewTranscriptEntry {
-            role: Role::User.as_str().into(),
-            content: user_text,
-            ..Default::default()
-        };
-
-        let channel = self.channels.get(&entry.message.route.channel).cloned();
-        let result = match channel {
-            Some(channel) => {
-                self.complete_streaming(&model, &request, entry, channel)
-                    .await
-            }
-            None => self.chain.complete(&model, &request, &|_| {}).await,
-        };
-        Ok(match result {
-            Ok((response, answered_by)) => {
-                let answered_by = answered_by.to_string();
-                TurnOutput {
-                    entries: vec![
-                        user_entry,
-                        NewTranscriptEntry {
-                            role: Role::Assistant.as_str().into(),
-                            content: response.content.clone(),
-                            model: Some(answered_by.clone()),
-                            tokens_in: response.usage.input_tokens,
-                            tokens_out: response.usage.output_tokens,
-                            ..Default::default()
-                        },
-                    ],
-                    outbound: vec![(OutboundKind::Reply, response.content)],
-                    tokens_in: response.usage.input_tokens,
-                    tokens_out: response.usage.output_tokens,
-                    model: Some(answered_by),
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "turn ended without a model answer");
-                let text = match &err {
-                    ChainError::NoUsableModel(why) => why.clone(),
-                    other => format!("⚠️ The model could not answer: {other}."),
-                };
-                TurnOutput {
-                    entries: vec![user_entry],
-                    ..TurnOutput::reply(OutboundKind::Error, text)
-                }
-            }
-        })
-    }
-
     /// Run the chain while forwarding deltas to the channel, in order, from this task.
     async fn complete_streaming(
         &self,
         model: &ModelRef,
         request: &ChatRequest,
         entry: &JournalEntry,
-        channel: Arc<dyn Channel>,
-    ) -> Result<(crate::providers::ChatResponse, ModelRef), ChainError> {
+    ) -> Result<(ChatResponse, ModelRef), ChainError> {
+        let Some(channel) = self.channels.get(&entry.message.route.channel).cloned() else {
+            return self.chain.complete(model, request, &|_| {}).await;
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let sink = move |delta: &str| {
             let _ = tx.send(delta.to_string());

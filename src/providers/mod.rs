@@ -1,14 +1,16 @@
 //! Model providers: the [`ModelProvider`] trait, the wire protocols that implement it
-//! (`openai.rs`; more kinds in the engine issue) and the fallback chain that wraps them
+//! (`openai.rs`, `anthropic.rs`) and the fallback chain that wraps them
 //! (`chain.rs`).
 //!
 //! Providers turn a [`ChatRequest`] into a [`ChatResponse`], streaming text deltas to a
 //! callback, and classify failures into [`ProviderError`] variants the chain acts on. They
 //! know HTTP and JSON; they do not know sessions, channels or storage.
 
+mod anthropic;
 mod chain;
 mod openai;
 
+pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};
 pub use openai::OpenAiProvider;
 

@@ -1,5 +1,5 @@
-//! An OpenAI-compatible chat-completions stand-in: streams SSE in small pieces and records
-//! every request with its start and end time.
+//! An LLM stand-in speaking both the OpenAI chat-completions and the Anthropic Messages
+//! protocols: streams SSE in small pieces and records every request with its start and end.
 
 use axum::Router;
 use axum::body::Body;
@@ -16,9 +16,20 @@ use std::time::{Duration, Instant};
 pub enum Behaviour {
     /// Stream `text` after `delay`.
     Reply { text: String, delay: Duration },
-    /// Answer with an HTTP error status and body.
-    Fail { status: u16, body: String },
-    /// Never answer (the client must give up or be killed).
+    /// Stream tool calls `(name, JSON arguments)` (with optional text first).
+    Tools {
+        text: String,
+        calls: Vec<(String, String)>,
+    },
+    /// Answer with an HTTP error status, body and optional Retry-After seconds.
+    Fail {
+        status: u16,
+        body: String,
+        retry_after: Option<u64>,
+    },
+    /// Stream `text`, then break the stream with a protocol error.
+    BreakAfter { text: String },
+    /// Never answer.
     Hang,
 }
 
@@ -35,10 +46,39 @@ impl Behaviour {
             delay,
         }
     }
+    pub fn tool(name: &str, args: Value) -> Self {
+        Behaviour::Tools {
+            text: String::new(),
+            calls: vec![(name.into(), args.to_string())],
+        }
+    }
+    pub fn tools(calls: &[(&str, Value)]) -> Self {
+        Behaviour::Tools {
+            text: String::new(),
+            calls: calls
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect(),
+        }
+    }
+    pub fn fail(status: u16, body: &str) -> Self {
+        Behaviour::Fail {
+            status,
+            body: body.into(),
+            retry_after: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    OpenAi,
+    Anthropic,
 }
 
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    pub protocol: Protocol,
     pub body: Value,
     pub authorization: Option<String>,
     pub last_user: String,
@@ -46,16 +86,35 @@ pub struct Recorded {
     pub finished: Option<Instant>,
 }
 
+impl Recorded {
+    pub fn model(&self) -> &str {
+        self.body["model"].as_str().unwrap_or_default()
+    }
+    pub fn system(&self) -> String {
+        match self.protocol {
+            Protocol::Anthropic => self.body["system"].as_str().unwrap_or_default().to_string(),
+            Protocol::OpenAi => self.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+}
+
 type Script = dyn Fn(&Value, usize) -> Behaviour + Send + Sync;
 
 pub struct LlmStandIn {
+    /// OpenAI-compatible base URL (`.../v1`).
     pub url: String,
+    /// Anthropic base URL (the provider appends `/v1/messages`).
+    pub anthropic_url: String,
     state: Arc<Inner>,
 }
 
 struct Inner {
     script: Box<Script>,
     requests: Mutex<Vec<Recorded>>,
+    piece: usize,
 }
 
 impl LlmStandIn {
@@ -63,17 +122,31 @@ impl LlmStandIn {
     pub async fn start(
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
     ) -> Self {
+        Self::start_with_pieces(7, script).await
+    }
+
+    /// As [`start`], cutting every stream into pieces of `piece` bytes.
+    pub async fn start_with_pieces(
+        piece: usize,
+        script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
+    ) -> Self {
         let state = Arc::new(Inner {
             script: Box::new(script),
             requests: Mutex::new(Vec::new()),
+            piece,
         });
         let app = Router::new()
-            .route("/v1/chat/completions", post(handle))
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        LlmStandIn { url, state }
+        LlmStandIn {
+            url: format!("http://{addr}/v1"),
+            anthropic_url: format!("http://{addr}"),
+            state,
+        }
     }
 
     /// Echo stand-in: replies "echo: <last user message>".
@@ -88,31 +161,62 @@ impl LlmStandIn {
     pub fn count(&self) -> usize {
         self.state.requests.lock().unwrap().len()
     }
+
+    /// Requests whose body names `model`.
+    pub fn count_for(&self, model: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.model() == model)
+            .count()
+    }
 }
 
 pub fn last_user(body: &Value) -> String {
     body["messages"]
         .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| {
+            m.iter()
+                .rev()
+                .find(|m| m["role"] == "user" && m["content"].is_string())
+        })
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_string()
+}
+
+async fn openai(
+    state: State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    handle(state, headers, body, Protocol::OpenAi).await
+}
+
+async fn anthropic(
+    state: State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    handle(state, headers, body, Protocol::Anthropic).await
 }
 
 async fn handle(
     State(state): State<Arc<Inner>>,
     headers: axum::http::HeaderMap,
     body: String,
+    protocol: Protocol,
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let auth = match protocol {
+        Protocol::OpenAi => headers.get("authorization"),
+        Protocol::Anthropic => headers.get("x-api-key"),
+    };
     let index = {
         let mut requests = state.requests.lock().unwrap();
         requests.push(Recorded {
+            protocol,
             body: body.clone(),
-            authorization: headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .map(String::from),
+            authorization: auth.and_then(|v| v.to_str().ok()).map(String::from),
             last_user: last_user(&body),
             started: Instant::now(),
             finished: None,
@@ -124,10 +228,34 @@ async fn handle(
         let state = state.clone();
         move || state.requests.lock().unwrap()[index].finished = Some(Instant::now())
     };
+    let stream = |sse: String, tail_error: bool| {
+        let mut pieces: Vec<Result<Vec<u8>, std::io::Error>> = sse
+            .as_bytes()
+            .chunks(state.piece)
+            .map(|c| Ok(c.to_vec()))
+            .collect();
+        if tail_error {
+            pieces.push(Err(std::io::Error::other("stream broken")));
+        }
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(futures::stream::iter(pieces)))
+            .unwrap()
+    };
     match behaviour {
-        Behaviour::Fail { status, body } => {
+        Behaviour::Fail {
+            status,
+            body,
+            retry_after,
+        } => {
             finish();
-            (StatusCode::from_u16(status).unwrap(), body).into_response()
+            let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("retry-after", seconds.to_string().parse().unwrap());
+            }
+            response
         }
         Behaviour::Hang => {
             std::future::pending::<()>().await;
@@ -135,29 +263,133 @@ async fn handle(
         }
         Behaviour::Reply { text, delay } => {
             tokio::time::sleep(delay).await;
-            let sse = sse_for_text(&text);
             finish();
-            // Cut the stream into 7-byte pieces to exercise reassembly.
-            let pieces: Vec<Result<Vec<u8>, std::io::Error>> =
-                sse.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
-            Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(futures::stream::iter(pieces)))
-                .unwrap()
+            stream(encode(protocol, &text, &[], true), false)
+        }
+        Behaviour::Tools { text, calls } => {
+            finish();
+            stream(encode(protocol, &text, &calls, true), false)
+        }
+        Behaviour::BreakAfter { text } => {
+            finish();
+            stream(encode(protocol, &text, &[], false), true)
         }
     }
 }
 
-/// An OpenAI streaming body for `text`, in several content deltas, with usage.
-pub fn sse_for_text(text: &str) -> String {
+fn event(out: &mut String, name: Option<&str>, data: Value) {
+    if let Some(name) = name {
+        out.push_str(&format!("event: {name}\n"));
+    }
+    out.push_str(&format!("data: {data}\n\n"));
+}
+
+/// A streaming body for `text` and tool calls in the given protocol.
+pub fn encode(
+    protocol: Protocol,
+    text: &str,
+    calls: &[(String, String)],
+    complete: bool,
+) -> String {
     let mut out = String::new();
     let chars: Vec<char> = text.chars().collect();
-    for piece in chars.chunks(5) {
-        let s: String = piece.iter().collect();
-        let chunk = json!({"choices":[{"index":0,"delta":{"content": s}}]});
-        out.push_str(&format!("data: {chunk}\n\n"));
+    let pieces: Vec<String> = chars.chunks(5).map(|p| p.iter().collect()).collect();
+    match protocol {
+        Protocol::OpenAi => {
+            for s in &pieces {
+                event(
+                    &mut out,
+                    None,
+                    json!({"choices":[{"index":0,"delta":{"content": s}}]}),
+                );
+            }
+            for (i, (name, args)) in calls.iter().enumerate() {
+                event(
+                    &mut out,
+                    None,
+                    json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":i,"id":format!("call_{i}"),"type":"function","function":{"name":name,"arguments":""}}]}}]}),
+                );
+                let args: Vec<char> = args.chars().collect();
+                for part in args.chunks(4) {
+                    let part: String = part.iter().collect();
+                    event(
+                        &mut out,
+                        None,
+                        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":i,"function":{"arguments":part}}]}}]}),
+                    );
+                }
+            }
+            if complete {
+                event(
+                    &mut out,
+                    None,
+                    json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7}}),
+                );
+                out.push_str("data: [DONE]\n\n");
+            }
+        }
+        Protocol::Anthropic => {
+            event(
+                &mut out,
+                Some("message_start"),
+                json!({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":11,"output_tokens":1}}}),
+            );
+            let mut index = 0;
+            if !pieces.is_empty() {
+                event(
+                    &mut out,
+                    Some("content_block_start"),
+                    json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+                );
+                for s in &pieces {
+                    event(
+                        &mut out,
+                        Some("content_block_delta"),
+                        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":s}}),
+                    );
+                }
+                event(
+                    &mut out,
+                    Some("content_block_stop"),
+                    json!({"type":"content_block_stop","index":0}),
+                );
+                index = 1;
+            }
+            for (i, (name, args)) in calls.iter().enumerate() {
+                let block = index + i;
+                event(
+                    &mut out,
+                    Some("content_block_start"),
+                    json!({"type":"content_block_start","index":block,"content_block":{"type":"tool_use","id":format!("toolu_{i}"),"name":name,"input":{}}}),
+                );
+                let args: Vec<char> = args.chars().collect();
+                for part in args.chunks(4) {
+                    let part: String = part.iter().collect();
+                    event(
+                        &mut out,
+                        Some("content_block_delta"),
+                        json!({"type":"content_block_delta","index":block,"delta":{"type":"input_json_delta","partial_json":part}}),
+                    );
+                }
+                event(
+                    &mut out,
+                    Some("content_block_stop"),
+                    json!({"type":"content_block_stop","index":block}),
+                );
+            }
+            if complete {
+                event(
+                    &mut out,
+                    Some("message_delta"),
+                    json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7}}),
+                );
+                event(
+                    &mut out,
+                    Some("message_stop"),
+                    json!({"type":"message_stop"}),
+                );
+            }
+        }
     }
-    let usage = json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7}});
-    out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
     out
 }

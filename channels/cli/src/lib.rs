@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use ferroclaw_channel_core::{
     Channel, ChatRoute, Delivered, DeliveryError, OutboundKind, OutboundMessage,
 };
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -19,8 +19,8 @@ pub struct CliChannel {
 
 struct State {
     out: Box<dyn Write + Send>,
-    /// Inbound ids whose reply has been (partly) printed as deltas.
-    streamed: HashSet<String>,
+    /// Text already printed as deltas, by the inbound id it answers.
+    streamed: HashMap<String, String>,
 }
 
 impl CliChannel {
@@ -28,7 +28,7 @@ impl CliChannel {
         CliChannel {
             state: Mutex::new(State {
                 out,
-                streamed: HashSet::new(),
+                streamed: HashMap::new(),
             }),
         }
     }
@@ -53,11 +53,18 @@ impl Channel for CliChannel {
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
         let mut state = self.state.lock().expect("cli output lock");
+        // A reply whose text was already printed as deltas only needs its line ended.
         let was_streamed = message.kind == OutboundKind::Reply
-            && message
-                .in_reply_to
-                .as_ref()
-                .is_some_and(|id| state.streamed.remove(id));
+            && !message.text.is_empty()
+            && message.in_reply_to.as_ref().is_some_and(|id| {
+                state
+                    .streamed
+                    .get(id)
+                    .is_some_and(|printed| printed.contains(&message.text))
+            });
+        if was_streamed && let Some(id) = &message.in_reply_to {
+            state.streamed.remove(id);
+        }
         let text = if was_streamed {
             "\n".to_string()
         } else {
@@ -75,7 +82,11 @@ impl Channel for CliChannel {
 
     async fn stream_delta(&self, _route: &ChatRoute, in_reply_to: &str, delta: &str) {
         let mut state = self.state.lock().expect("cli output lock");
-        state.streamed.insert(in_reply_to.to_string());
+        state
+            .streamed
+            .entry(in_reply_to.to_string())
+            .or_default()
+            .push_str(delta);
         let _ = state.out.write_all(delta.as_bytes());
         let _ = state.out.flush();
     }

@@ -1,0 +1,142 @@
+//! The ReAct tool loop of one turn: model → tool calls (run concurrently) → results → model,
+//! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
+
+use super::{Engine, TurnError, TurnOutput, compact, context};
+use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
+use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow};
+use crate::tools::ToolContext;
+use ferroclaw_channel_core::OutboundKind;
+use tokio_util::sync::CancellationToken;
+
+fn entry_for(message: &ChatMessage, model: Option<&str>, tokens: (i64, i64)) -> NewTranscriptEntry {
+    NewTranscriptEntry {
+        role: message.role.as_str().into(),
+        content: message.content.clone(),
+        tool_calls: (!message.tool_calls.is_empty())
+            .then(|| serde_json::to_string(&message.tool_calls).expect("tool calls serialise")),
+        tool_call_id: message.tool_call_id.clone(),
+        model: model.map(str::to_string),
+        tokens_in: tokens.0,
+        tokens_out: tokens.1,
+    }
+}
+
+impl Engine {
+    pub(super) async fn run_model_turn(
+        &self,
+        entry: &JournalEntry,
+        session: &mut SessionRow,
+        stop: &CancellationToken,
+    ) -> Result<TurnOutput, TurnError> {
+        let user = ChatMessage::text(Role::User, entry.message.text.clone());
+        let mut output = TurnOutput {
+            entries: vec![entry_for(&user, None, (0, 0))],
+            ..Default::default()
+        };
+        let mut turn_messages = vec![user];
+        let mut history = compact::prepare(self, session, &turn_messages).await?;
+        let model = self.session_model(session);
+        let tools = self.tools.specs();
+        let cx = ToolContext {
+            session_key: session.key.clone(),
+            route: entry.message.route.clone(),
+            in_reply_to: Some(entry.message.platform_message_id.clone()),
+            workspace: context::workspace_for(&self.config.agent.workspace, &session.key),
+            store: self.store.clone(),
+            outbox: self.outbox.clone(),
+        };
+        let max = self.config.agent.max_iterations;
+        let mut compacted_after_error = false;
+        let mut calls = 0;
+        while calls < max {
+            let mut messages = history.clone();
+            messages.extend(turn_messages.iter().cloned());
+            let request = ChatRequest {
+                system: self.config.agent.system_prompt.clone(),
+                messages,
+                tools: tools.clone(),
+            };
+            calls += 1;
+            let result = tokio::select! {
+                _ = stop.cancelled() => return Ok(stopped(output)),
+                result = self.complete_streaming(&model, &request, entry) => result,
+            };
+            let (response, answered_by) = match result {
+                Ok(ok) => ok,
+                Err(ChainError::Final {
+                    error: ProviderError::ContextTooLong,
+                    ..
+                }) if !compacted_after_error => {
+                    compacted_after_error = true;
+                    tracing::info!("context too long; compacting and retrying once");
+                    history = compact::force(self, session, &turn_messages).await?;
+                    continue;
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "turn ended without a model answer");
+                    let text = match &err {
+                        ChainError::NoUsableModel(why) => why.clone(),
+                        other => format!("⚠️ The model could not answer: {other}."),
+                    };
+                    output.outbound.push((OutboundKind::Error, text));
+                    return Ok(output);
+                }
+            };
+            let answered_by = answered_by.to_string();
+            let tokens = (response.usage.input_tokens, response.usage.output_tokens);
+            output.tokens_in += tokens.0;
+            output.tokens_out += tokens.1;
+            output.model = Some(answered_by.clone());
+            let assistant = ChatMessage {
+                role: Role::Assistant,
+                content: response.content,
+                tool_calls: response.tool_calls,
+                tool_call_id: None,
+            };
+            output
+                .entries
+                .push(entry_for(&assistant, Some(&answered_by), tokens));
+            if assistant.tool_calls.is_empty() {
+                output
+                    .outbound
+                    .push((OutboundKind::Reply, assistant.content.clone()));
+                return Ok(output);
+            }
+            let batch = assistant.tool_calls.clone();
+            turn_messages.push(assistant);
+            let results = tokio::select! {
+                _ = stop.cancelled() => {
+                    // Keep the transcript well-formed: an assistant call needs its results.
+                    output.entries.pop();
+                    return Ok(stopped(output));
+                }
+                results = futures::future::join_all(batch.iter().map(|call| self.tools.call(call, &cx))) => results,
+            };
+            for (call, result) in batch.iter().zip(results) {
+                tracing::debug!(tool = %call.name, "tool call finished");
+                let message = ChatMessage {
+                    role: Role::Tool,
+                    content: result,
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some(call.id.clone()),
+                };
+                output.entries.push(entry_for(&message, None, (0, 0)));
+                turn_messages.push(message);
+            }
+        }
+        output.outbound.push((
+            OutboundKind::Error,
+            format!(
+                "I stopped after {max} model calls (agent.max_iterations) without finishing. \
+                 Send another message to let me continue, or /new to start over."
+            ),
+        ));
+        Ok(output)
+    }
+}
+
+/// A turn ended by `/stop`: keep what finished, say nothing (the `/stop` reply says it).
+fn stopped(output: TurnOutput) -> TurnOutput {
+    tracing::info!("turn stopped by /stop");
+    output
+}

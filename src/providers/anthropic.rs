@@ -1,0 +1,227 @@
+//! Anthropic Messages API (`POST {base_url}/v1/messages`, SSE streaming, tool use).
+
+use super::openai::{classify_status, retry_after, transport_error};
+use super::{
+    ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
+};
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+
+const API_VERSION: &str = "2023-06-01";
+const MAX_TOKENS: u32 = 8192;
+
+pub struct AnthropicProvider {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<SecretString>,
+}
+
+impl AnthropicProvider {
+    pub fn new(http: reqwest::Client, base_url: &str, api_key: Option<SecretString>) -> Self {
+        AnthropicProvider {
+            http,
+            endpoint: format!("{}/v1/messages", base_url.trim_end_matches('/')),
+            api_key,
+        }
+    }
+
+    fn body(model: &str, request: &ChatRequest) -> Value {
+        let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+        for m in &request.messages {
+            match m.role {
+                Role::User => messages.push(json!({"role": "user", "content": m.content})),
+                Role::Assistant => {
+                    let mut content = Vec::new();
+                    if !m.content.is_empty() {
+                        content.push(json!({"type": "text", "text": m.content}));
+                    }
+                    for call in &m.tool_calls {
+                        let input: Value =
+                            serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+                        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                    }
+                    if content.is_empty() {
+                        content.push(json!({"type": "text", "text": "(no text)"}));
+                    }
+                    messages.push(json!({"role": "assistant", "content": content}));
+                }
+                Role::Tool => {
+                    let block = json!({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content});
+                    // Results of one batch of calls travel together in one user message.
+                    match messages.last_mut() {
+                        Some(last) if last["role"] == "user" && last["content"].is_array() => {
+                            last["content"].as_array_mut().expect("checked").push(block);
+                        }
+                        _ => messages.push(json!({"role": "user", "content": [block]})),
+                    }
+                }
+            }
+        }
+        let mut body = json!({
+            "model": model,
+            "max_tokens": MAX_TOKENS,
+            "messages": messages,
+            "stream": true,
+        });
+        if !request.system.is_empty() {
+            body["system"] = json!(request.system);
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    async fn complete(
+        &self,
+        model: &str,
+        request: &ChatRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let mut builder = self
+            .http
+            .post(&self.endpoint)
+            .header("anthropic-version", API_VERSION)
+            .json(&Self::body(model, request));
+        if let Some(key) = &self.api_key {
+            builder = builder.header("x-api-key", key.expose_secret());
+        }
+        let response = builder.send().await.map_err(transport_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let body = response.text().await.unwrap_or_default();
+            return Err(classify_status(status.as_u16(), &body, retry_after));
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let mut out = Assembly::default();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| match e {
+                eventsource_stream::EventStreamError::Transport(e) => transport_error(e),
+                other => ProviderError::Protocol(other.to_string()),
+            })?;
+            if event.data.is_empty() {
+                continue;
+            }
+            let data: Value = serde_json::from_str(&event.data)
+                .map_err(|e| ProviderError::Protocol(format!("bad stream event: {e}")))?;
+            let kind = data["type"].as_str().unwrap_or(event.event.as_str());
+            if kind == "message_stop" {
+                break;
+            }
+            out.push(kind, &data, on_delta)?;
+        }
+        Ok(out.finish())
+    }
+}
+
+/// Reassembles content blocks by index.
+#[derive(Default)]
+struct Assembly {
+    text: String,
+    /// (block index, call) for tool_use blocks.
+    calls: Vec<(u64, ToolCall)>,
+    usage: Usage,
+}
+
+impl Assembly {
+    fn push(
+        &mut self,
+        kind: &str,
+        data: &Value,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<(), ProviderError> {
+        match kind {
+            "message_start" => {
+                self.usage.input_tokens = data
+                    .pointer("/message/usage/input_tokens")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+            }
+            "content_block_start" => {
+                let block = &data["content_block"];
+                if block["type"] == "tool_use" {
+                    let index = data["index"].as_u64().unwrap_or(0);
+                    self.calls.push((
+                        index,
+                        ToolCall {
+                            id: block["id"].as_str().unwrap_or_default().to_string(),
+                            name: block["name"].as_str().unwrap_or_default().to_string(),
+                            arguments: String::new(),
+                        },
+                    ));
+                }
+            }
+            "content_block_delta" => {
+                let delta = &data["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        let text = delta["text"].as_str().unwrap_or_default();
+                        if !text.is_empty() {
+                            self.text.push_str(text);
+                            on_delta(text);
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let index = data["index"].as_u64().unwrap_or(0);
+                        if let Some((_, call)) = self.calls.iter_mut().find(|(i, _)| *i == index) {
+                            call.arguments
+                                .push_str(delta["partial_json"].as_str().unwrap_or_default());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(n) = data.pointer("/usage/output_tokens").and_then(Value::as_i64) {
+                    self.usage.output_tokens = n;
+                }
+            }
+            "error" => {
+                let error_type = data
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let message = data
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                return Err(match error_type {
+                    "overloaded_error" => ProviderError::Overloaded { retry_after: None },
+                    "rate_limit_error" => ProviderError::RateLimited { retry_after: None },
+                    "api_error" => ProviderError::Server { status: 500 },
+                    _ => classify_status(400, message, None),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> ChatResponse {
+        ChatResponse {
+            content: self.text,
+            tool_calls: self
+                .calls
+                .into_iter()
+                .map(|(_, mut call)| {
+                    if call.arguments.trim().is_empty() {
+                        call.arguments = "{}".into();
+                    }
+                    call
+                })
+                .collect(),
+            usage: self.usage,
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! `message`: post an interim message to the current chat and thread.
+
+use super::{Tool, ToolContext, ToolError};
+use crate::storage::NewOutbound;
+use async_trait::async_trait;
+use ferroclaw_channel_core::OutboundKind;
+use serde_json::{Value, json};
+
+pub struct MessageTool;
+
+#[async_trait]
+impl Tool for MessageTool {
+    fn name(&self) -> &'static str {
+        "message"
+    }
+    fn description(&self) -> &'static str {
+        "Post an interim message to the user in the current chat (progress, a question) while you keep working."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"text": {"type": "string", "minLength": 1}},
+               "required": ["text"], "additionalProperties": false})
+    }
+    async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        let text = args["text"].as_str().unwrap_or_default().to_string();
+        let message = NewOutbound {
+            route: cx.route.clone(),
+            kind: OutboundKind::Reply,
+            text,
+            in_reply_to: cx.in_reply_to.clone(),
+            edit_of: None,
+        };
+        cx.store
+            .outbox_push(&cx.session_key, &[message], crate::clock::now_ms())
+            .await
+            .map_err(|e| ToolError(format!("could not post the message: {e}")))?;
+        cx.outbox.kick(&cx.route.channel);
+        Ok("message posted".into())
+    }
+}

@@ -1,0 +1,147 @@
+//! Tools given to the model (SPEC section 8): the [`Tool`] interface, the [`ToolRegistry`]
+//! that validates arguments against each tool's JSON schema, and the built-in tools.
+//!
+//! A tool gets a [`ToolContext`] (session, route, workspace folder, a way to post messages)
+//! and returns text for the model. Errors are returned to the model as the tool result; they
+//! never end a turn. Tools do not know channels or the engine's loop.
+
+mod files;
+mod message;
+mod web_fetch;
+
+pub use files::{ListFiles, ReadFile, WriteFile, confine};
+pub use message::MessageTool;
+pub use web_fetch::{WebFetch, is_private};
+
+use crate::outbox::OutboxNotifier;
+use crate::providers::{ToolCall, ToolSpec};
+use crate::storage::Store;
+use async_trait::async_trait;
+use ferroclaw_channel_core::ChatRoute;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What a running tool may know about its call.
+pub struct ToolContext {
+    pub session_key: String,
+    pub route: ChatRoute,
+    pub in_reply_to: Option<String>,
+    /// The session's own folder under `agent.workspace` (created on first use).
+    pub workspace: PathBuf,
+    pub store: Arc<dyn Store>,
+    pub outbox: OutboxNotifier,
+}
+
+/// A tool failure, shown to the model as the result.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError(message.into())
+    }
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON schema of the arguments object.
+    fn schema(&self) -> Value;
+    /// True for tools that only read (offered to planning calls).
+    fn read_only(&self) -> bool {
+        false
+    }
+    async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError>;
+}
+
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+    validators: HashMap<&'static str, jsonschema::Validator>,
+}
+
+impl ToolRegistry {
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
+        let validators = tools
+            .iter()
+            .map(|t| {
+                let validator = jsonschema::validator_for(&t.schema())
+                    .expect("built-in tool schemas are valid");
+                (t.name(), validator)
+            })
+            .collect();
+        ToolRegistry { tools, validators }
+    }
+
+    /// The built-in tools for this configuration.
+    pub fn builtin(allow_private: bool, http: reqwest::Client) -> Self {
+        Self::new(vec![
+            Arc::new(ReadFile),
+            Arc::new(WriteFile),
+            Arc::new(ListFiles),
+            Arc::new(WebFetch::new(http, allow_private)),
+            Arc::new(MessageTool),
+        ])
+    }
+
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().into(),
+                description: t.description().into(),
+                parameters: t.schema(),
+            })
+            .collect()
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    /// Run one call; every failure becomes an `Error: ...` result for the model.
+    pub async fn call(&self, call: &ToolCall, cx: &ToolContext) -> String {
+        match self.try_call(call, cx).await {
+            Ok(text) => text,
+            Err(err) => format!("Error: {err}"),
+        }
+    }
+
+    async fn try_call(&self, call: &ToolCall, cx: &ToolContext) -> Result<String, ToolError> {
+        let tool = self
+            .tools
+            .iter()
+            .find(|t| t.name() == call.name)
+            .ok_or_else(|| {
+                ToolError(format!(
+                    "unknown tool `{}`; available: {}",
+                    call.name,
+                    self.names().join(", ")
+                ))
+            })?;
+        let args: Value = serde_json::from_str(&call.arguments)
+            .map_err(|e| ToolError(format!("arguments are not valid JSON: {e}")))?;
+        let validator = &self.validators[tool.name()];
+        let problems: Vec<String> = validator
+            .iter_errors(&args)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("field `{}`: {e}", path.trim_start_matches('/'))
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ToolError(format!(
+                "invalid arguments: {}",
+                problems.join("; ")
+            )));
+        }
+        tool.run(args, cx).await
+    }
+}
