@@ -40,7 +40,7 @@ pub(super) async fn prepare(
     let history = context::history_messages(session.summary.as_deref(), &window);
     let mut all = history.clone();
     all.extend(turn.iter().cloned());
-    let tokens = estimate_tokens(&engine.config.agent.system_prompt, &all);
+    let tokens = estimate_tokens(&engine.config.agent.system_prompt, &all) + engine.tool_tokens();
     let full = window.len() as i64 >= context::HISTORY_ENTRIES;
     if !full && tokens <= budget(engine) {
         return Ok(history);
@@ -84,9 +84,20 @@ async fn compact(
     window: &[TranscriptEntry],
     keep: usize,
 ) -> Result<Vec<ChatMessage>, TurnError> {
-    let mut split = window.len().saturating_sub(keep);
-    while split > 0 && split < window.len() && window[split].role != "user" {
+    // Keep at most `keep` recent entries, and no more than half the budget of them; start the
+    // kept part at a user message so no tool exchange is cut in two.
+    let half = budget(engine) / 2;
+    let mut kept_tokens = 0;
+    let mut split = window.len();
+    while split > 0 && window.len() - split < keep {
+        kept_tokens += window[split - 1].content.len() / 4 + 4;
+        if kept_tokens > half {
+            break;
+        }
         split -= 1;
+    }
+    while split < window.len() && window[split].role != "user" {
+        split += 1;
     }
     if split == 0 {
         return Ok(context::history_messages(

@@ -35,6 +35,7 @@ pub struct Engine {
     channels: ChannelMap,
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
+    tool_tokens: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,11 @@ impl Engine {
         outbox: OutboxNotifier,
         tools: Arc<ToolRegistry>,
     ) -> Self {
+        let tool_tokens = tools
+            .specs()
+            .iter()
+            .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
+            .sum();
         Engine {
             store,
             chain,
@@ -78,6 +84,7 @@ impl Engine {
             channels,
             outbox,
             tools,
+            tool_tokens,
         }
     }
 
@@ -152,6 +159,11 @@ impl Engine {
         }
         self.outbox.kick(&route.channel);
         Ok(())
+    }
+
+    /// Estimated tokens the tool definitions add to every call.
+    fn tool_tokens(&self) -> usize {
+        self.tool_tokens
     }
 
     fn session_model(&self, session: &SessionRow) -> ModelRef {

@@ -1,0 +1,122 @@
+//! The real [`App`] in-process with a recording channel: for engine tests that need to see
+//! every delivered message and streamed delta (the LLM is still a real HTTP stand-in).
+
+use async_trait::async_trait;
+use ferroclaw::app::App;
+use ferroclaw::config;
+use ferroclaw_channel_core::{
+    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, InboundMessage, Inbox, OutboundMessage,
+    Sender,
+};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const CHANNEL: &str = "rec";
+
+#[derive(Default)]
+pub struct Recorder {
+    pub delivered: Mutex<Vec<OutboundMessage>>,
+    pub deltas: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Channel for Recorder {
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+    async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        self.delivered.lock().unwrap().push(message.clone());
+        Ok(Delivered {
+            platform_message_id: Some(format!("p{}", message.id)),
+        })
+    }
+    async fn stream_delta(&self, _route: &ChatRoute, _in_reply_to: &str, delta: &str) {
+        self.deltas.lock().unwrap().push(delta.to_string());
+    }
+}
+
+pub struct InProc {
+    pub app: App,
+    pub recorder: Arc<Recorder>,
+    pub dir: tempfile::TempDir,
+    next: Mutex<u64>,
+}
+
+impl InProc {
+    /// Start the app from `config_toml` (storage and workspace are put in a temp folder).
+    pub async fn start(config_toml: &str) -> InProc {
+        let dir = tempfile::tempdir().unwrap();
+        let full = format!("{config_toml}\n",).replace("%DIR%", &dir.path().display().to_string());
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, full).unwrap();
+        let mut loaded = config::load(&path, true).unwrap_or_else(|e| panic!("{e}"));
+        loaded.config.storage.url = format!("sqlite://{}", dir.path().join("t.db").display());
+        loaded.config.agent.workspace = dir.path().join("ws").display().to_string();
+        let recorder = Arc::new(Recorder::default());
+        let app = App::build(&loaded, vec![recorder.clone()]).await.unwrap();
+        InProc {
+            app,
+            recorder,
+            dir,
+            next: Mutex::new(0),
+        }
+    }
+
+    pub fn route(conversation: &str) -> ChatRoute {
+        ChatRoute {
+            channel: CHANNEL.into(),
+            kind: ChatKind::Conversation,
+            chat_id: conversation.into(),
+            thread_id: None,
+        }
+    }
+
+    /// Send `text` into `conversation`.
+    pub async fn say(&self, conversation: &str, text: &str) {
+        let id = {
+            let mut next = self.next.lock().unwrap();
+            *next += 1;
+            *next
+        };
+        self.app
+            .ingress
+            .accept(InboundMessage {
+                route: Self::route(conversation),
+                sender: Sender {
+                    id: "u1".into(),
+                    name: "U".into(),
+                },
+                platform_message_id: format!("m{id}"),
+                text: text.into(),
+                mentioned: true,
+                reply_to: None,
+            })
+            .await
+            .unwrap();
+    }
+
+    pub fn delivered(&self) -> Vec<OutboundMessage> {
+        self.recorder.delivered.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` messages were delivered; returns them.
+    pub async fn wait_delivered(&self, n: usize) -> Vec<OutboundMessage> {
+        super::wait_for(
+            &format!("{n} delivered messages"),
+            Duration::from_secs(20),
+            || async {
+                let d = self.delivered();
+                (d.len() >= n).then_some(d)
+            },
+        )
+        .await
+    }
+}
+
+/// A config with the stand-in as provider `standin`, model `standin/m`, plus `extra`.
+pub fn config(llm_url: &str, extra_agent: &str, extra: &str) -> String {
+    format!(
+        "[agent]\nmodel = \"standin/m\"\n{extra_agent}\n[providers.standin]\nkind = \"openai\"\nbase_url = \"{llm_url}\"\n\
+         [fallback]\nretries_per_model = 0\nrequest_timeout_secs = 30\n{extra}\n"
+    )
+}
