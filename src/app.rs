@@ -10,6 +10,7 @@ use crate::outbox::{DeliveryWorker, OutboxNotifier};
 use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
 use crate::storage::{self, Store};
 use crate::tools::ToolRegistry;
+use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use ferroclaw_channel_core::Channel;
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ pub struct App {
     pub ingress: Arc<Ingress>,
     pub lanes: Lanes,
     pub channels: ChannelMap,
+    pub outbox: OutboxNotifier,
+    pub turns: TurnWatch,
     workers: Vec<Arc<DeliveryWorker>>,
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
@@ -56,6 +59,7 @@ impl App {
             .map(|c| (c.name().to_string(), c.clone()))
             .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
+        let turns = TurnWatch::default();
         let tools = Arc::new(ToolRegistry::builtin(
             config.tools.web_fetch_allow_private,
             reqwest::Client::new(),
@@ -67,9 +71,15 @@ impl App {
             channel_map.clone(),
             notifier.clone(),
             tools,
+            turns.clone(),
         ));
         let lanes = Lanes::new(engine, CancellationToken::new());
-        let ingress = Arc::new(Ingress::new(store.clone(), lanes.clone(), notifier.clone()));
+        let ingress = Arc::new(Ingress::new(
+            store.clone(),
+            lanes.clone(),
+            notifier.clone(),
+            turns.clone(),
+        ));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
         let mut workers = Vec::new();
@@ -84,6 +94,8 @@ impl App {
             ingress,
             lanes,
             channels: channel_map,
+            outbox: notifier,
+            turns,
             workers,
             worker_tracker,
             workers_cancel,

@@ -6,6 +6,7 @@ use crate::engine::Command;
 use crate::lanes::Lanes;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{JournalEntry, JournalInsert, NewOutbound, Store, StoreError, TurnCommit};
+use crate::turn_watch::TurnWatch;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
@@ -14,14 +15,21 @@ pub struct Ingress {
     store: Arc<dyn Store>,
     lanes: Lanes,
     outbox: OutboxNotifier,
+    turns: TurnWatch,
 }
 
 impl Ingress {
-    pub fn new(store: Arc<dyn Store>, lanes: Lanes, outbox: OutboxNotifier) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        lanes: Lanes,
+        outbox: OutboxNotifier,
+        turns: TurnWatch,
+    ) -> Self {
         Ingress {
             store,
             lanes,
             outbox,
+            turns,
         }
     }
 
@@ -72,6 +80,7 @@ impl Ingress {
             })
             .await?;
         self.outbox.kick(&route.channel);
+        self.turns.answered(entry.id);
         Ok(())
     }
 }

@@ -20,3 +20,4 @@ pub mod serve;
 pub mod server;
 pub mod storage;
 pub mod tools;
+pub mod turn_watch;

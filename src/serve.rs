@@ -3,7 +3,9 @@
 
 use crate::app::App;
 use crate::config::LoadedConfig;
-use crate::storage::Store;
+use crate::outbox::OutboxNotifier;
+use crate::storage::{OutboxEntry, Store, StoreResult};
+use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Channel, OutboundMessage};
@@ -11,6 +13,8 @@ use ferroclaw_channel_webhook::{MessageLog, WebhookChannel, WebhookEndpoint};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let config = &loaded.config;
@@ -47,12 +51,18 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     for name in endpoints.keys() {
         tracing::info!(channel = %format!("webhook:{name}"), "channel enabled: POST /v1/webhooks/{name}/messages");
     }
+    let stopping = CancellationToken::new();
     if !endpoints.is_empty() {
         router = router.merge(ferroclaw_channel_webhook::router(
             endpoints,
             app.ingress.clone(),
-            Arc::new(OutboxLog(app.store.clone())),
+            Arc::new(OutboxLog {
+                store: app.store.clone(),
+                outbox: app.outbox.clone(),
+                turns: app.turns.clone(),
+            }),
             config.server.max_body_bytes,
+            stopping.clone(),
         ));
     }
 
@@ -67,7 +77,11 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     }
 
     axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // End long polls and event streams so the server can drain.
+            stopping.cancel();
+        })
         .await
         .context("HTTP server failed")?;
     tracing::info!("shutting down: finishing running turns");
@@ -95,8 +109,17 @@ async fn shutdown_signal() {
     }
 }
 
-/// The webhook channel reads conversation messages from the outbox.
-struct OutboxLog(Arc<dyn Store>);
+/// The webhook channel reads bot messages from the outbox and observes turns.
+struct OutboxLog {
+    store: Arc<dyn Store>,
+    outbox: OutboxNotifier,
+    turns: TurnWatch,
+}
+
+fn messages(rows: StoreResult<Vec<OutboxEntry>>) -> Result<Vec<OutboundMessage>, String> {
+    rows.map(|rows| rows.into_iter().map(|r| r.message).collect())
+        .map_err(|e| e.to_string())
+}
 
 #[async_trait]
 impl MessageLog for OutboxLog {
@@ -107,10 +130,47 @@ impl MessageLog for OutboxLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<OutboundMessage>, String> {
-        self.0
-            .outbox_conversation(channel, conversation_id, after, limit)
+        messages(
+            self.store
+                .outbox_conversation(channel, conversation_id, after, limit)
+                .await,
+        )
+    }
+
+    async fn after(
+        &self,
+        channel: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboundMessage>, String> {
+        messages(self.store.outbox_after(channel, after, limit).await)
+    }
+
+    async fn last_seq(&self, channel: &str) -> Result<i64, String> {
+        self.store
+            .outbox_last_id(channel)
             .await
-            .map(|rows| rows.into_iter().map(|r| r.message).collect())
             .map_err(|e| e.to_string())
+    }
+
+    async fn replies(
+        &self,
+        channel: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<Vec<OutboundMessage>, String> {
+        messages(
+            self.store
+                .outbox_replies(channel, conversation_id, message_id)
+                .await,
+        )
+    }
+
+    async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool {
+        self.turns.wait(&*self.store, journal_id, timeout).await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.outbox.subscribe()
     }
 }

@@ -3,11 +3,12 @@
 
 mod common;
 
+use common::hook::Hook;
 use common::llm::{Behaviour, LlmStandIn};
 use common::receiver::Receiver;
 use common::service::{Service, Workdir, config_with_llm};
 use common::wait_for;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::Duration;
 
 const SECRET: &str = "whsec-test-0001";
@@ -26,42 +27,19 @@ fn env() -> Vec<(&'static str, &'static str)> {
 }
 
 async fn send(base: &str, conversation: &str, message_id: &str, text: &str) -> (u16, Value) {
-    let body = json!({"conversation_id": conversation, "message_id": message_id,
-        "sender": {"id": "u-7", "name": "Alice"}, "text": text})
-    .to_string();
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let sig = ferroclaw_channel_webhook::sign(SECRET.as_bytes(), ts, body.as_bytes());
-    let response = reqwest::Client::new()
-        .post(format!("{base}/v1/webhooks/main/messages"))
-        .header("x-ferroclaw-timestamp", ts.to_string())
-        .header("x-ferroclaw-signature", sig)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
+    client(base)
+        .send(conversation, None, message_id, text, "")
         .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn client(base: &str) -> Hook {
+    Hook::for_base(base, SECRET)
 }
 
 async fn replies(base: &str, conversation: &str) -> Vec<String> {
-    let list: Value = reqwest::Client::new()
-        .get(format!(
-            "{base}/v1/webhooks/main/conversations/{conversation}/messages"
-        ))
-        .bearer_auth(SECRET)
-        .send()
+    client(base)
+        .list(conversation, 0)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    list["messages"]
-        .as_array()
-        .unwrap()
         .iter()
         .map(|m| m["text"].as_str().unwrap().to_string())
         .collect()

@@ -331,6 +331,38 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     assert_eq!(later.len(), 1);
     assert_eq!(later[0].state, "pending");
     assert_eq!(conv[0].state, "delivered");
+
+    assert_eq!(store.outbox_last_id("webhook:o").await.unwrap(), edit_id);
+    assert_eq!(store.outbox_last_id("webhook:empty").await.unwrap(), 0);
+    let all = store.outbox_after("webhook:o", ids[0], 100).await.unwrap();
+    assert_eq!(
+        all.iter().map(|c| c.message.id).collect::<Vec<_>>(),
+        [ids[1], ids2[0], edit_id],
+        "every conversation, after the seq"
+    );
+    let replying = NewOutbound {
+        in_reply_to: Some("m-9".into()),
+        ..out(&r1, "answer")
+    };
+    let reply_id = store
+        .outbox_push(&r1.session_key(), &[replying], 8)
+        .await
+        .unwrap()[0];
+    let replies = store
+        .outbox_replies("webhook:o", "c1", "m-9")
+        .await
+        .unwrap();
+    assert_eq!(
+        replies.iter().map(|c| c.message.id).collect::<Vec<_>>(),
+        [reply_id]
+    );
+    assert!(
+        store
+            .outbox_replies("webhook:o", "c2", "m-9")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn suite(store: Arc<dyn Store>) {

@@ -20,6 +20,7 @@ use crate::storage::{
     JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
 };
 use crate::tools::ToolRegistry;
+use crate::turn_watch::TurnWatch;
 use ferroclaw_channel_core::{Channel, OutboundKind};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub struct Engine {
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
+    turns: TurnWatch,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,7 @@ impl Engine {
         channels: ChannelMap,
         outbox: OutboxNotifier,
         tools: Arc<ToolRegistry>,
+        turns: TurnWatch,
     ) -> Self {
         let tool_tokens = tools
             .specs()
@@ -85,6 +88,7 @@ impl Engine {
             outbox,
             tools,
             tool_tokens,
+            turns,
         }
     }
 
@@ -158,6 +162,7 @@ impl Engine {
             Err(err) => return Err(err.into()),
         }
         self.outbox.kick(&route.channel);
+        self.turns.answered(entry.id);
         Ok(())
     }
 

@@ -109,6 +109,22 @@ pub trait Store: Send + Sync {
         error: &str,
     ) -> StoreResult<()>;
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
+    /// The highest outbox id of a channel (0 when it has none).
+    async fn outbox_last_id(&self, channel: &str) -> StoreResult<i64>;
+    /// Messages of a channel (all conversations) with id > `after`, oldest first.
+    async fn outbox_after(
+        &self,
+        channel: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxEntry>>;
+    /// Messages answering the inbound platform message `in_reply_to` in one conversation.
+    async fn outbox_replies(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        in_reply_to: &str,
+    ) -> StoreResult<Vec<OutboxEntry>>;
     /// Messages of one conversation with id > `after`, oldest first.
     async fn outbox_conversation(
         &self,

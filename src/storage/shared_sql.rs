@@ -4,6 +4,14 @@
 //! (the same pool for PostgreSQL; a single-connection writer for SQLite, which serialises
 //! writers in-process instead of spinning on the file lock).
 
+/// Outbox rows with the platform id of the message each edit replaces.
+macro_rules! outbox_select {
+    () => {
+        "SELECT o.*, e.platform_message_id AS edit_platform_id FROM outbox o \
+         LEFT JOIN outbox e ON e.id = o.edit_of "
+    };
+}
+
 macro_rules! impl_store {
     ($store:ty, $db:ty, $migrator:expr) => {
         impl $store {
@@ -325,9 +333,7 @@ macro_rules! impl_store {
 
             async fn outbox_pending(&self, channel: &str, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
                 let rows = sqlx::query(
-                    "SELECT o.*, e.platform_message_id AS edit_platform_id FROM outbox o \
-                     LEFT JOIN outbox e ON e.id = o.edit_of \
-                     WHERE o.channel = $1 AND o.state = 'pending' ORDER BY o.id LIMIT $2",
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' ORDER BY o.id LIMIT $2"),
                 )
                 .bind(channel)
                 .bind(limit)
@@ -370,6 +376,38 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            async fn outbox_last_id(&self, channel: &str) -> $crate::storage::StoreResult<i64> {
+                let id: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM outbox WHERE channel = $1")
+                    .bind(channel)
+                    .fetch_one(&self.read)
+                    .await?;
+                Ok(id.unwrap_or(0))
+            }
+
+            async fn outbox_after(&self, channel: &str, after: i64, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.id > $2 ORDER BY o.id LIMIT $3"),
+                )
+                .bind(channel)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+
+            async fn outbox_replies(&self, channel: &str, chat_id: &str, in_reply_to: &str) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.chat_id = $2 AND o.in_reply_to = $3 ORDER BY o.id"),
+                )
+                .bind(channel)
+                .bind(chat_id)
+                .bind(in_reply_to)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+
             async fn outbox_conversation(
                 &self,
                 channel: &str,
@@ -378,9 +416,7 @@ macro_rules! impl_store {
                 limit: i64,
             ) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
                 let rows = sqlx::query(
-                    "SELECT o.*, e.platform_message_id AS edit_platform_id FROM outbox o \
-                     LEFT JOIN outbox e ON e.id = o.edit_of \
-                     WHERE o.channel = $1 AND o.chat_id = $2 AND o.id > $3 ORDER BY o.id LIMIT $4",
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.chat_id = $2 AND o.id > $3 ORDER BY o.id LIMIT $4"),
                 )
                 .bind(channel)
                 .bind(chat_id)
@@ -395,3 +431,4 @@ macro_rules! impl_store {
 }
 
 pub(crate) use impl_store;
+pub(crate) use outbox_select;

@@ -15,11 +15,16 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use subtle::ConstantTimeEq;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
-/// Reads the bot messages of one conversation (backed by the outbox).
+/// Reads bot messages (backed by the outbox) and observes turns, for the list, `wait` and
+/// event-stream endpoints. Errors are strings: the endpoint only logs them and answers 503.
 #[async_trait]
 pub trait MessageLog: Send + Sync {
+    /// Messages of one conversation with seq > `after`.
     async fn conversation(
         &self,
         channel: &str,
@@ -27,6 +32,26 @@ pub trait MessageLog: Send + Sync {
         after: i64,
         limit: i64,
     ) -> Result<Vec<OutboundMessage>, String>;
+    /// Messages of the whole channel with seq > `after`.
+    async fn after(
+        &self,
+        channel: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboundMessage>, String>;
+    /// The channel's newest seq (0 when none).
+    async fn last_seq(&self, channel: &str) -> Result<i64, String>;
+    /// Messages answering inbound `message_id` of a conversation.
+    async fn replies(
+        &self,
+        channel: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<Vec<OutboundMessage>, String>;
+    /// Wait until the turn of journal entry `journal_id` has ended; false on timeout.
+    async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool;
+    /// Wakes when new bot messages may exist (a hint: readers re-query after it).
+    fn subscribe(&self) -> broadcast::Receiver<String>;
 }
 
 /// One configured webhook name.
@@ -34,11 +59,16 @@ pub struct WebhookEndpoint {
     pub secret: SecretString,
 }
 
-struct AppState {
+/// The longest `?wait=` honoured.
+pub const MAX_WAIT_SECS: u64 = 120;
+
+pub(crate) struct AppState {
     endpoints: HashMap<String, WebhookEndpoint>,
     inbox: Arc<dyn Inbox>,
-    log: Arc<dyn MessageLog>,
+    pub(crate) log: Arc<dyn MessageLog>,
     max_body_bytes: usize,
+    /// Ends waits and event streams when the service shuts down.
+    pub(crate) shutdown: CancellationToken,
 }
 
 /// The webhook routes, to merge into the service's router.
@@ -47,12 +77,14 @@ pub fn router(
     inbox: Arc<dyn Inbox>,
     log: Arc<dyn MessageLog>,
     max_body_bytes: usize,
+    shutdown: CancellationToken,
 ) -> Router {
     let state = Arc::new(AppState {
         endpoints,
         inbox,
         log,
         max_body_bytes,
+        shutdown,
     });
     Router::new()
         .route("/v1/webhooks/{name}/messages", post(post_message))
@@ -60,11 +92,12 @@ pub fn router(
             "/v1/webhooks/{name}/conversations/{conversation}/messages",
             get(list_messages),
         )
+        .route("/v1/webhooks/{name}/events", get(crate::events::events))
         .with_state(state)
 }
 
 /// An error answer: `{"error": "..."}` with a status.
-struct ApiError(StatusCode, String);
+pub(crate) struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -72,8 +105,26 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn err(status: StatusCode, message: impl Into<String>) -> ApiError {
+pub(crate) fn err(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError(status, message.into())
+}
+
+/// 503 for a failed read: the cause is logged, the client is told to retry.
+pub(crate) fn unavailable(webhook: &str, what: &str, cause: String) -> ApiError {
+    tracing::error!(%webhook, error = %cause, "could not read {what}");
+    err(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{what} unavailable; retry later"),
+    )
+}
+
+impl AppState {
+    /// The configured endpoint `name`, or 404.
+    pub(crate) fn endpoint(&self, name: &str) -> Result<&WebhookEndpoint, ApiError> {
+        self.endpoints
+            .get(name)
+            .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))
+    }
 }
 
 fn now_secs() -> i64 {
@@ -83,16 +134,19 @@ fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
+#[derive(serde::Deserialize)]
+struct PostQuery {
+    wait: Option<String>,
+}
+
 async fn post_message(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    query: Result<Query<PostQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let endpoint = state
-        .endpoints
-        .get(&name)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))?;
+    let endpoint = state.endpoint(&name)?;
     let body = axum::body::to_bytes(body, state.max_body_bytes)
         .await
         .map_err(|_| {
@@ -111,8 +165,23 @@ async fn post_message(
     )
     .map_err(|e: SignatureError| err(StatusCode::UNAUTHORIZED, e.message()))?;
 
+    let wait = match query.map(|q| q.0.wait) {
+        Ok(None) => None,
+        Ok(Some(w)) => Some(
+            w.parse::<u64>()
+                .map_err(|_| {
+                    err(
+                        StatusCode::BAD_REQUEST,
+                        "query parameter `wait` must be a number of seconds",
+                    )
+                })?
+                .min(MAX_WAIT_SECS),
+        ),
+        Err(_) => return Err(err(StatusCode::BAD_REQUEST, "malformed query string")),
+    };
     let message = parse_body(&name, &body).map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
     let message_id = message.platform_message_id.clone();
+    let conversation_id = message.route.chat_id.clone();
     let accepted = state.inbox.accept(message).await.map_err(|e| {
         tracing::error!(webhook = %name, error = %e, "could not journal webhook message");
         err(
@@ -124,6 +193,40 @@ async fn post_message(
         Accepted::New { .. } => (StatusCode::ACCEPTED, "accepted"),
         Accepted::Duplicate { .. } => (StatusCode::OK, "duplicate"),
     };
+    if let (
+        Some(seconds),
+        Accepted::New {
+            journal_id,
+            session_key,
+        },
+    ) = (wait, &accepted)
+    {
+        let answered = tokio::select! {
+            answered = state.log.wait_answered(*journal_id, Duration::from_secs(seconds)) => answered,
+            _ = state.shutdown.cancelled() => false,
+        };
+        if answered {
+            let replies = state
+                .log
+                .replies(&crate::channel_name(&name), &conversation_id, &message_id)
+                .await
+                .map_err(|e| unavailable(&name, "replies", e))?;
+            let replies: Vec<Value> = replies
+                .iter()
+                .map(|m| json!({"id": m.id.to_string(), "seq": m.id, "kind": m.kind.as_str(), "text": m.text}))
+                .collect();
+            return Ok((
+                StatusCode::OK,
+                axum::Json(json!({
+                    "status": "done",
+                    "message_id": message_id,
+                    "session_key": session_key,
+                    "replies": replies,
+                })),
+            )
+                .into_response());
+        }
+    }
     Ok((
         status,
         axum::Json(json!({
@@ -204,10 +307,7 @@ async fn list_messages(
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let endpoint = state
-        .endpoints
-        .get(&name)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))?;
+    let endpoint = state.endpoint(&name)?;
     check_bearer(&headers, &endpoint.secret)?;
     let messages = state
         .log
@@ -218,13 +318,7 @@ async fn list_messages(
             query.limit.unwrap_or(100).clamp(1, 1000),
         )
         .await
-        .map_err(|e| {
-            tracing::error!(webhook = %name, error = %e, "could not read conversation");
-            err(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "messages unavailable; retry later",
-            )
-        })?;
+        .map_err(|e| unavailable(&name, "messages", e))?;
     let list: Vec<Value> = messages
         .iter()
         .map(|m| crate::callback::payload(m, true))
@@ -232,7 +326,7 @@ async fn list_messages(
     Ok(axum::Json(json!({"messages": list})).into_response())
 }
 
-fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {
+pub(crate) fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {
     let given = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())

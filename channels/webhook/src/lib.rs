@@ -6,6 +6,7 @@
 //! not know storage, sessions or the engine.
 
 mod callback;
+mod events;
 mod ingress;
 mod signature;
 

@@ -1,0 +1,49 @@
+//! Observing the end of turns (a journal entry answered), for webhook `?wait=`.
+//! A hint channel only: the journal in the store is the truth, checked after subscribing.
+
+use crate::storage::Store;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+#[derive(Clone)]
+pub struct TurnWatch {
+    tx: broadcast::Sender<i64>,
+}
+
+impl Default for TurnWatch {
+    fn default() -> Self {
+        TurnWatch {
+            tx: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl TurnWatch {
+    /// Announce that journal entry `journal_id` has been answered.
+    pub fn answered(&self, journal_id: i64) {
+        let _ = self.tx.send(journal_id);
+    }
+
+    /// Wait until `journal_id` is answered; false on timeout.
+    pub async fn wait(&self, store: &dyn Store, journal_id: i64, timeout: Duration) -> bool {
+        let mut rx = self.tx.subscribe();
+        let done = async {
+            loop {
+                if matches!(store.journal_state(journal_id).await, Ok(Some(state)) if state == "done")
+                {
+                    return;
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok(id) if id == journal_id => return,
+                        Ok(_) => continue,
+                        // Missed some: re-check the journal.
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, done).await.is_ok()
+    }
+}

@@ -1,0 +1,82 @@
+//! A client for the webhook channel: signed posts and the conversation list.
+
+use super::service::Service;
+use serde_json::{Value, json};
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+pub struct Hook {
+    pub base: String,
+    pub client: reqwest::Client,
+    secret: String,
+}
+
+impl Hook {
+    pub fn new(service: &Service, secret: &str) -> Self {
+        Self::for_base(&service.base, secret)
+    }
+
+    pub fn for_base(base: &str, secret: &str) -> Self {
+        Hook {
+            base: base.to_string(),
+            client: reqwest::Client::new(),
+            secret: secret.into(),
+        }
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &str, ts: i64, secret: &str) -> (u16, Value) {
+        let sig = ferroclaw_channel_webhook::sign(secret.as_bytes(), ts, body.as_bytes());
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("x-ferroclaw-timestamp", ts.to_string())
+            .header("x-ferroclaw-signature", sig)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn send(
+        &self,
+        conversation: &str,
+        thread: Option<&str>,
+        id: &str,
+        text: &str,
+        query: &str,
+    ) -> (u16, Value) {
+        let body = json!({"conversation_id": conversation, "thread_id": thread, "message_id": id,
+            "sender": {"id": "u-7", "name": "Alice"}, "text": text});
+        self.post_raw(
+            &format!("/v1/webhooks/main/messages{query}"),
+            &body.to_string(),
+            now(),
+            &self.secret,
+        )
+        .await
+    }
+
+    pub async fn list(&self, conversation: &str, after: i64) -> Vec<Value> {
+        let v: Value = self
+            .client
+            .get(format!(
+                "{}/v1/webhooks/main/conversations/{conversation}/messages?after={after}",
+                self.base
+            ))
+            .bearer_auth(&self.secret)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["messages"].as_array().unwrap().clone()
+    }
+}
