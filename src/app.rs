@@ -60,10 +60,7 @@ impl App {
             .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
         let turns = TurnWatch::default();
-        let tools = Arc::new(ToolRegistry::builtin(
-            config.tools.web_fetch_allow_private,
-            reqwest::Client::new(),
-        ));
+        let tools = Arc::new(ToolRegistry::builtin(config.tools.web_fetch_allow_private));
         let engine = Arc::new(Engine::new(
             store.clone(),
             chain,
@@ -139,10 +136,7 @@ impl App {
 /// Build providers for every configured provider with its key, then the chain.
 pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
     let config = &loaded.config;
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .context("cannot build the HTTP client")?;
+    let http = crate::http::shared();
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     let mut unusable = HashMap::new();
     for (name, provider) in &config.providers {

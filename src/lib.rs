@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod http;
 pub mod ingress;
 pub mod lanes;
 pub mod outbox;

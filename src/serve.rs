@@ -21,7 +21,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
-    let http = reqwest::Client::new();
+    let http = crate::http::shared();
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     for (name, hook) in &config.channels.webhook {
         let secret = loaded.secrets.webhook_secrets[name].clone();

@@ -1,7 +1,9 @@
 //! The PostgreSQL store: one pool; several ferroclaw processes may share the database.
 
-use sqlx::postgres::PgPoolOptions;
+use sqlx::ConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Pool, Postgres};
+use std::str::FromStr;
 use std::time::Duration;
 
 pub struct PostgresStore {
@@ -14,7 +16,7 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .connect_with(PgConnectOptions::from_str(url)?.log_statements(log::LevelFilter::Off))
             .await?;
         Ok(PostgresStore {
             write: pool.clone(),

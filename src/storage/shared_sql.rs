@@ -279,23 +279,25 @@ macro_rules! impl_store {
                         return Err($crate::storage::StoreError::AlreadyAnswered(journal_id));
                     }
                 }
-                for entry in &turn.entries {
-                    sqlx::query(
+                if !turn.entries.is_empty() {
+                    // One statement for all of the turn's transcript entries.
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
-                         tokens_in, tokens_out, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
-                    )
-                    .bind(&turn.session_key)
-                    .bind(turn.epoch)
-                    .bind(&entry.role)
-                    .bind(&entry.content)
-                    .bind(&entry.tool_calls)
-                    .bind(&entry.tool_call_id)
-                    .bind(&entry.model)
-                    .bind(entry.tokens_in)
-                    .bind(entry.tokens_out)
-                    .bind(turn.now_ms)
-                    .execute(&mut *tx)
-                    .await?;
+                         tokens_in, tokens_out, created_at) ",
+                    );
+                    insert.push_values(&turn.entries, |mut row, entry| {
+                        row.push_bind(&turn.session_key)
+                            .push_bind(turn.epoch)
+                            .push_bind(&entry.role)
+                            .push_bind(&entry.content)
+                            .push_bind(&entry.tool_calls)
+                            .push_bind(&entry.tool_call_id)
+                            .push_bind(&entry.model)
+                            .push_bind(entry.tokens_in)
+                            .push_bind(entry.tokens_out)
+                            .push_bind(turn.now_ms);
+                    });
+                    insert.build().execute(&mut *tx).await?;
                 }
                 let mut ids = Vec::with_capacity(turn.outbound.len());
                 for message in &turn.outbound {

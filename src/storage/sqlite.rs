@@ -1,7 +1,7 @@
 //! The SQLite store: one file, WAL, a single writer connection and a few readers.
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Pool, Sqlite};
+use sqlx::{ConnectOptions, Pool, Sqlite};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -18,7 +18,8 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(false);
+            .foreign_keys(false)
+            .log_statements(log::LevelFilter::Off);
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)

@@ -77,12 +77,12 @@ impl ToolRegistry {
     }
 
     /// The built-in tools for this configuration.
-    pub fn builtin(allow_private: bool, http: reqwest::Client) -> Self {
+    pub fn builtin(allow_private: bool) -> Self {
         Self::new(vec![
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(ListFiles),
-            Arc::new(WebFetch::new(http, allow_private)),
+            Arc::new(WebFetch::new(allow_private)),
             Arc::new(MessageTool),
         ])
     }

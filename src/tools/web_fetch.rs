@@ -9,7 +9,7 @@ use futures::StreamExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 const MAX_BYTES: usize = 512 * 1024;
@@ -17,12 +17,25 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const MAX_REDIRECTS: usize = 5;
 
 pub struct WebFetch {
-    client: reqwest::Client,
+    /// Built on first use (its own resolver and redirect policy; idle services never pay).
+    client: OnceLock<reqwest::Client>,
     allow_private: bool,
 }
 
 impl WebFetch {
-    pub fn new(_shared: reqwest::Client, allow_private: bool) -> Self {
+    pub fn new(allow_private: bool) -> Self {
+        WebFetch {
+            client: OnceLock::new(),
+            allow_private,
+        }
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        self.client
+            .get_or_init(|| Self::build_client(self.allow_private))
+    }
+
+    fn build_client(allow_private: bool) -> reqwest::Client {
         let mut builder = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
@@ -39,10 +52,7 @@ impl WebFetch {
         if !allow_private {
             builder = builder.dns_resolver(Arc::new(PublicOnly));
         }
-        WebFetch {
-            client: builder.build().expect("web_fetch HTTP client"),
-            allow_private,
-        }
+        builder.build().expect("web_fetch HTTP client")
     }
 }
 
@@ -138,7 +148,7 @@ impl Tool for WebFetch {
                 "refused: the address is loopback or private (set tools.web_fetch_allow_private to allow)",
             ));
         }
-        let response = self.client.get(url).send().await.map_err(|e| {
+        let response = self.client().get(url).send().await.map_err(|e| {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
