@@ -150,3 +150,34 @@ fn the_documented_example_config_is_valid() {
     let out = check(&example, &[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+#[test]
+fn migrate_creates_the_database_and_every_subcommand_has_help() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[storage]\nurl = \"sqlite://fresh.db\"\n",
+    )
+    .unwrap();
+    let out = run(dir.path(), &["migrate", "-c", "c.toml"], "", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(dir.path().join("fresh.db").exists());
+    let again = run(dir.path(), &["migrate", "-c", "c.toml"], "", &[]);
+    assert_eq!(
+        again.code,
+        Some(0),
+        "migrating twice is fine: {}",
+        again.stderr
+    );
+    for args in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["chat", "--help"],
+        &["migrate", "--help"],
+        &["config", "check", "--help"],
+    ] {
+        let help = run(dir.path(), args, "", &[]);
+        assert_eq!(help.code, Some(0), "{args:?}");
+        assert!(help.stdout.contains("Usage"), "{args:?}: {}", help.stdout);
+    }
+}

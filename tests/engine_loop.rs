@@ -364,3 +364,22 @@ async fn the_anthropic_provider_runs_the_tool_loop_too() {
     let deltas = app.recorder.deltas.lock().unwrap().concat();
     assert_eq!(deltas, "listed", "the reply streamed to the channel");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_message_tool_posts_an_interim_message_before_the_reply() {
+    let llm = LlmStandIn::start(|body, _| {
+        if has_tool_results(body) {
+            Behaviour::reply("final answer")
+        } else {
+            Behaviour::tool("message", json!({"text": "working on it…"}))
+        }
+    })
+    .await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    app.say("c", "do a long thing").await;
+    let d = app.wait_delivered(2).await;
+    assert_eq!(d[0].text, "working on it…");
+    assert_eq!(d[0].route, InProc::route("c"), "in the same chat");
+    assert_eq!(d[1].text, "final answer");
+    assert!(d[0].id < d[1].id);
+}
