@@ -2,6 +2,7 @@
 //! loaded configuration and a set of channel adapters, and tears them down in order.
 //! `serve` and `chat` share it, so both run the exact same message path.
 
+use crate::access::{Access, AccessPolicy};
 use crate::config::{Config, LoadedConfig, ProviderKind};
 use crate::engine::{ChannelMap, Engine};
 use crate::ingress::Ingress;
@@ -76,6 +77,7 @@ impl App {
             lanes.clone(),
             notifier.clone(),
             turns.clone(),
+            access_from(&config),
         ));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
@@ -131,6 +133,25 @@ impl App {
             );
         }
     }
+}
+
+/// Access policies of the channels that have one (Telegram, Discord).
+fn access_from(config: &Config) -> Access {
+    let policy = |mode, users: &[String]| AccessPolicy {
+        mode,
+        allowed_users: users.iter().cloned().collect(),
+    };
+    let (telegram, discord) = (&config.channels.telegram, &config.channels.discord);
+    Access::new(HashMap::from([
+        (
+            "telegram".to_string(),
+            policy(telegram.access, &telegram.allowed_users),
+        ),
+        (
+            "discord".to_string(),
+            policy(discord.access, &discord.allowed_users),
+        ),
+    ]))
 }
 
 /// Build providers for every configured provider with its key, then the chain.

@@ -1,4 +1,4 @@
-//! Command-line interface (clap): `serve`, `chat`, `config check`, `migrate`.
+//! Command-line interface (clap): `serve`, `chat`, `config check`, `migrate`, `pairing`.
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -51,6 +51,29 @@ pub enum Command {
     },
     /// Apply database migrations and exit
     Migrate(ConfigArg),
+    /// Manage who may talk to the bot in `pairing` access mode
+    Pairing {
+        #[command(subcommand)]
+        command: PairingCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PairingCommand {
+    /// List pending pairing codes and approved users
+    List(ConfigArg),
+    /// Approve a pending pairing code
+    Approve {
+        code: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Remove a user's approval (or pending code) on every channel
+    Revoke {
+        user: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]

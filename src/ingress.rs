@@ -1,7 +1,9 @@
 //! Where every inbound message enters: journal it (deduplicated), then queue it on its
-//! session's lane. `/stop` does not queue: it ends the session's running turn at once and is
-//! answered here. Implements the [`Inbox`] trait the channel adapters call.
+//! session's lane. Strangers are refused here (`crate::access`), before any lane. `/stop`
+//! does not queue: it ends the session's running turn at once and is answered here.
+//! Implements the [`Inbox`] trait the channel adapters call.
 
+use crate::access::{Access, Verdict, pairing_text};
 use crate::engine::Command;
 use crate::lanes::Lanes;
 use crate::outbox::OutboxNotifier;
@@ -16,6 +18,7 @@ pub struct Ingress {
     lanes: Lanes,
     outbox: OutboxNotifier,
     turns: TurnWatch,
+    access: Access,
 }
 
 impl Ingress {
@@ -24,55 +27,59 @@ impl Ingress {
         lanes: Lanes,
         outbox: OutboxNotifier,
         turns: TurnWatch,
+        access: Access,
     ) -> Self {
         Ingress {
             store,
             lanes,
             outbox,
             turns,
+            access,
         }
     }
 
-    /// Queue every journal entry not yet answered whose channel is in `channels`.
+    /// Dispatch every journal entry not yet answered whose channel is in `channels`.
     pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
         let pending = self.store.journal_pending().await?;
         let mut n = 0;
         for entry in pending {
             if channels.contains(&entry.message.route.channel) {
-                self.lanes.submit(entry);
+                self.dispatch(entry).await?;
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// `/stop`: cancel the running turn now (queued messages stay queued) and answer.
-    async fn stop_now(&self, entry: JournalEntry) -> Result<(), StoreError> {
-        let stopped = self.lanes.stop(&entry.session_key);
+    /// Answer a journal entry here, without a model turn (`/stop`, access refusals): mark it
+    /// answered with at most one reply, in one commit.
+    async fn answer_now(
+        &self,
+        entry: &JournalEntry,
+        reply: Option<(OutboundKind, String)>,
+    ) -> Result<(), StoreError> {
         let now = crate::clock::now_ms();
         let route = &entry.message.route;
-        let session = self
-            .store
-            .session_get_or_create(&entry.session_key, route, now)
-            .await?;
-        let text = if stopped {
-            "⏹ Stopped the running turn."
-        } else {
-            "Nothing is running."
+        let epoch = match self.store.session_get(&entry.session_key).await? {
+            Some(session) => session.epoch,
+            None => 0,
         };
         self.store
             .commit_turn(&TurnCommit {
                 journal_id: Some(entry.id),
                 session_key: entry.session_key.clone(),
-                epoch: session.epoch,
+                epoch,
                 entries: Vec::new(),
-                outbound: vec![NewOutbound {
-                    route: route.clone(),
-                    kind: OutboundKind::Status,
-                    text: text.into(),
-                    in_reply_to: Some(entry.message.platform_message_id.clone()),
-                    edit_of: None,
-                }],
+                outbound: reply
+                    .into_iter()
+                    .map(|(kind, text)| NewOutbound {
+                        route: route.clone(),
+                        kind,
+                        text,
+                        in_reply_to: Some(entry.message.platform_message_id.clone()),
+                        edit_of: None,
+                    })
+                    .collect(),
                 tokens_in: 0,
                 tokens_out: 0,
                 last_model: None,
@@ -81,6 +88,36 @@ impl Ingress {
             .await?;
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
+        Ok(())
+    }
+
+    /// Route a newly journalled entry: refuse strangers, run `/stop` at once, queue the rest.
+    async fn dispatch(&self, entry: JournalEntry) -> Result<(), StoreError> {
+        match self.access.check(&*self.store, &entry.message).await? {
+            Verdict::Allow => {}
+            Verdict::Deny => {
+                tracing::info!(channel = %entry.message.route.channel, "message from a user without access dropped");
+                return self.answer_now(&entry, None).await;
+            }
+            Verdict::Pair(code) => {
+                tracing::info!(channel = %entry.message.route.channel, "pairing code issued");
+                return self
+                    .answer_now(&entry, Some((OutboundKind::Status, pairing_text(&code))))
+                    .await;
+            }
+        }
+        if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
+            let stopped = self.lanes.stop(&entry.session_key);
+            let text = if stopped {
+                "⏹ Stopped the running turn."
+            } else {
+                "Nothing is running."
+            };
+            return self
+                .answer_now(&entry, Some((OutboundKind::Status, text.into())))
+                .await;
+        }
+        self.lanes.submit(entry);
         Ok(())
     }
 }
@@ -97,13 +134,9 @@ impl Inbox for Ingress {
         Ok(match inserted {
             JournalInsert::New(entry) => {
                 let journal_id = entry.id;
-                if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
-                    // Journalled already: if this fails, the lane answers it after restart.
-                    if let Err(err) = self.stop_now(entry).await {
-                        tracing::warn!(error = %err, "could not answer /stop");
-                    }
-                } else {
-                    self.lanes.submit(entry);
+                // Journalled already: if this fails, the entry is handled after restart.
+                if let Err(err) = self.dispatch(entry).await {
+                    tracing::warn!(error = %err, "could not dispatch a journalled message");
                 }
                 Accepted::New {
                     session_key,

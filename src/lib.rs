@@ -6,6 +6,7 @@
 //! [`providers::FallbackChain`], one committed transaction) → [`outbox`] (delivery worker per
 //! channel) → the adapter.
 
+pub mod access;
 pub mod app;
 pub mod chat;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod ingress;
 pub mod lanes;
 pub mod outbox;
+pub mod pairing;
 pub mod providers;
 pub mod serve;
 pub mod server;

@@ -1,7 +1,7 @@
 //! The `ferroclaw` binary: parse the command line, load the configuration, dispatch.
 
 use clap::Parser;
-use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand};
+use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand, PairingCommand};
 use ferroclaw::config::{self, LoadedConfig};
 use std::process::ExitCode;
 
@@ -30,6 +30,20 @@ fn main() -> ExitCode {
             println!("migrations applied");
             Ok(())
         }),
+        Command::Pairing { command } => {
+            let (arg, action) = match command {
+                PairingCommand::List(config) => (config, ferroclaw::pairing::Action::List),
+                PairingCommand::Approve { code, config } => {
+                    (config, ferroclaw::pairing::Action::Approve(code))
+                }
+                PairingCommand::Revoke { user, config } => {
+                    (config, ferroclaw::pairing::Action::Revoke(user))
+                }
+            };
+            with_config(&arg, |loaded| async move {
+                ferroclaw::pairing::run(&loaded, action).await
+            })
+        }
     }
 }
 

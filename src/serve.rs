@@ -3,18 +3,21 @@
 
 use crate::app::App;
 use crate::config::LoadedConfig;
+use crate::config::TelegramMode;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{OutboxEntry, Store, StoreResult};
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Channel, OutboundMessage};
+use ferroclaw_channel_telegram::{Settings as TelegramSettings, Telegram};
 use ferroclaw_channel_webhook::{MessageLog, WebhookChannel, WebhookEndpoint};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let config = &loaded.config;
@@ -31,6 +34,10 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             &hook.callback_url,
             http.clone(),
         )));
+    }
+    let telegram = telegram_from(loaded)?;
+    if let Some(telegram) = &telegram {
+        channels.push(telegram.channel());
     }
     let app = App::build(loaded, channels).await?;
 
@@ -66,6 +73,21 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         ));
     }
 
+    let channel_tasks = TaskTracker::new();
+    let channels_cancel = CancellationToken::new();
+    if let Some(telegram) = telegram {
+        telegram.set_inbox(app.ingress.clone());
+        if let Some(webhook) = telegram.router() {
+            router = router.merge(webhook);
+        }
+        let mode = match config.channels.telegram.mode {
+            TelegramMode::Polling => "long polling",
+            TelegramMode::Webhook => "webhook",
+        };
+        tracing::info!(channel = "telegram", "channel enabled: telegram ({mode})");
+        channel_tasks.spawn(telegram.run(channels_cancel.child_token()));
+    }
+
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
@@ -84,11 +106,47 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         })
         .await
         .context("HTTP server failed")?;
+    channels_cancel.cancel();
+    channel_tasks.close();
+    channel_tasks.wait().await;
     tracing::info!("shutting down: finishing running turns");
     app.shutdown(Duration::from_secs(config.server.shutdown_grace_secs))
         .await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The Telegram adapter, when `channels.telegram.enabled`.
+fn telegram_from(loaded: &LoadedConfig) -> anyhow::Result<Option<Telegram>> {
+    let cfg = &loaded.config.channels.telegram;
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let token = loaded
+        .secrets
+        .telegram_token
+        .clone()
+        .context("channels.telegram.token_env: the token variable is not set")?;
+    let settings = TelegramSettings {
+        token,
+        api_url: cfg.api_url.clone(),
+        mode: match cfg.mode {
+            TelegramMode::Polling => ferroclaw_channel_telegram::Mode::Polling,
+            TelegramMode::Webhook => ferroclaw_channel_telegram::Mode::Webhook {
+                public_url: loaded.config.server.public_url.clone(),
+            },
+        },
+        require_mention_in_groups: cfg.require_mention_in_groups,
+        stream_edit_interval: Duration::from_millis(cfg.stream_edit_interval_ms),
+        poll_timeout: Duration::from_secs(25),
+        commands: crate::engine::COMMANDS
+            .iter()
+            .map(|(c, d)| (c.to_string(), d.to_string()))
+            .collect(),
+    };
+    Telegram::new(settings)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!(e))
 }
 
 async fn shutdown_signal() {

@@ -365,6 +365,100 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     );
 }
 
+async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
+    use ferroclaw::storage::{PairingOutcome, PairingRequest};
+    let req = |user: &str, code: &str, now: i64| PairingRequest {
+        channel: "telegram".into(),
+        user_id: user.into(),
+        user_name: format!("name {user}"),
+        code: code.into(),
+        now_ms: now,
+        expires_at: now + 3_600_000,
+    };
+    assert_eq!(
+        store
+            .pairing_request(&req("1", "AAA111", 0), 3)
+            .await
+            .unwrap(),
+        PairingOutcome::Created("AAA111".into())
+    );
+    assert_eq!(
+        store
+            .pairing_request(&req("1", "BBB222", 10), 3)
+            .await
+            .unwrap(),
+        PairingOutcome::Pending,
+        "one code per user"
+    );
+    store
+        .pairing_request(&req("2", "CCC333", 20), 3)
+        .await
+        .unwrap();
+    store
+        .pairing_request(&req("3", "DDD444", 30), 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .pairing_request(&req("4", "EEE555", 40), 3)
+            .await
+            .unwrap(),
+        PairingOutcome::TooMany,
+        "at most 3 pending"
+    );
+    assert_eq!(store.pairing_list(50).await.unwrap().len(), 3);
+    // An hour later the codes have expired: a new request gets a new code.
+    assert!(
+        store
+            .pairing_approve("AAA111", 3_600_001)
+            .await
+            .unwrap()
+            .is_none(),
+        "an expired code cannot be approved"
+    );
+    assert!(store.pairing_list(3_600_100).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .pairing_request(&req("4", "FFF666", 3_600_100), 3)
+            .await
+            .unwrap(),
+        PairingOutcome::Created("FFF666".into())
+    );
+    let approved = store
+        .pairing_approve("FFF666", 3_600_200)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (approved.user_id.as_str(), approved.state.as_str()),
+        ("4", "approved")
+    );
+    assert!(
+        store
+            .pairing_approve("FFF666", 3_600_300)
+            .await
+            .unwrap()
+            .is_none(),
+        "a code approves once"
+    );
+    assert_eq!(
+        store
+            .pairing_get("telegram", "4")
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        "approved"
+    );
+    assert_eq!(
+        store.pairing_list(99_999_999).await.unwrap().len(),
+        1,
+        "approved users do not expire"
+    );
+    assert_eq!(store.pairing_revoke("4").await.unwrap(), 1);
+    assert!(store.pairing_get("telegram", "4").await.unwrap().is_none());
+}
+
 async fn suite(store: Arc<dyn Store>) {
     store.migrate().await.unwrap();
     store.migrate().await.expect("migrating twice is a no-op");
@@ -373,6 +467,7 @@ async fn suite(store: Arc<dyn Store>) {
     a_turn_commits_atomically_and_only_once(&*store).await;
     transcripts_are_windowed_and_archived_by_epoch(&*store).await;
     outbox_delivery_states_and_conversation_reads(&*store).await;
+    pairing_codes_expire_are_limited_and_approve_once(&*store).await;
 }
 
 #[tokio::test]

@@ -15,6 +15,18 @@ pub const HELP_TEXT: &str = "Commands:\n\
 /subagents — list subagents; /subagents kill <id|all>; /subagents steer <id> <message>\n\
 /help — this list";
 
+/// Commands as platforms register them (name, description).
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("plan", "Plan first, then execute a task"),
+    ("new", "Start a fresh session"),
+    ("reset", "Start a fresh session"),
+    ("stop", "Stop the running turn and its subagents"),
+    ("status", "Model, usage, plan and subagents"),
+    ("model", "Show or set this chat's model"),
+    ("subagents", "List, kill or steer subagents"),
+    ("help", "List the commands"),
+];
+
 /// A parsed chat command. Closed set: every command the product defines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {

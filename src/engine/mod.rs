@@ -11,7 +11,7 @@ mod compact;
 mod context;
 mod turn;
 
-pub use commands::{Command, HELP_TEXT};
+pub use commands::{COMMANDS, Command, HELP_TEXT};
 
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
@@ -21,7 +21,7 @@ use crate::storage::{
 };
 use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
-use ferroclaw_channel_core::{Channel, OutboundKind};
+use ferroclaw_channel_core::{Channel, ChatRoute, OutboundKind};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -126,7 +126,10 @@ impl Engine {
                     self.config.agent.max_input_chars
                 ),
             ),
-            None => self.run_model_turn(entry, &mut session, stop).await?,
+            None => {
+                let turn = self.run_model_turn(entry, &mut session, stop);
+                self.with_typing(route, turn).await?
+            }
         };
         let in_reply_to = Some(entry.message.platform_message_id.clone());
         let commit = TurnCommit {
@@ -164,6 +167,27 @@ impl Engine {
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
         Ok(())
+    }
+
+    /// Run `work` while the channel shows a typing indicator, refreshed every 4 seconds.
+    async fn with_typing<T>(
+        &self,
+        route: &ChatRoute,
+        work: impl std::future::Future<Output = T>,
+    ) -> T {
+        let Some(channel) = self.channels.get(&route.channel) else {
+            return work.await;
+        };
+        let ticker = async {
+            loop {
+                channel.typing(route).await;
+                tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+            }
+        };
+        tokio::select! {
+            out = work => out,
+            never = ticker => never,
+        }
     }
 
     /// Estimated tokens the tool definitions add to every call.

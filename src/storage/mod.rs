@@ -125,6 +125,22 @@ pub trait Store: Send + Sync {
         chat_id: &str,
         in_reply_to: &str,
     ) -> StoreResult<Vec<OutboxEntry>>;
+    /// The pairing row of a user on a channel, if any (expired pending rows included).
+    async fn pairing_get(&self, channel: &str, user_id: &str) -> StoreResult<Option<PairingRow>>;
+    /// Ask for a pairing code: `Created` with the new code, `Pending` when one is already
+    /// pending, `TooMany` when `max_pending` codes are pending on the channel. Expired pending
+    /// codes are dropped first.
+    async fn pairing_request(
+        &self,
+        request: &PairingRequest,
+        max_pending: i64,
+    ) -> StoreResult<PairingOutcome>;
+    /// Pending (unexpired) and approved rows.
+    async fn pairing_list(&self, now_ms: i64) -> StoreResult<Vec<PairingRow>>;
+    /// Approve a pending, unexpired code. Returns the approved row.
+    async fn pairing_approve(&self, code: &str, now_ms: i64) -> StoreResult<Option<PairingRow>>;
+    /// Forget a user on every channel (approved or pending). Returns the rows removed.
+    async fn pairing_revoke(&self, user_id: &str) -> StoreResult<u64>;
     /// Messages of one conversation with id > `after`, oldest first.
     async fn outbox_conversation(
         &self,

@@ -68,6 +68,19 @@ macro_rules! impl_store {
                 })
             }
 
+            fn decode_pairing(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::PairingRow> {
+                use sqlx::Row;
+                Ok($crate::storage::PairingRow {
+                    channel: row.try_get("channel")?,
+                    user_id: row.try_get("user_id")?,
+                    user_name: row.try_get("user_name")?,
+                    code: row.try_get("code")?,
+                    state: row.try_get("state")?,
+                    created_at: row.try_get("created_at")?,
+                    expires_at: row.try_get("expires_at")?,
+                })
+            }
+
             async fn insert_outbound<'c, E>(
                 executor: E,
                 session_key: &str,
@@ -408,6 +421,89 @@ macro_rules! impl_store {
                 .fetch_all(&self.read)
                 .await?;
                 rows.iter().map(Self::decode_outbox).collect()
+            }
+
+            async fn pairing_get(&self, channel: &str, user_id: &str) -> $crate::storage::StoreResult<Option<$crate::storage::PairingRow>> {
+                let row = sqlx::query("SELECT * FROM pairing WHERE channel = $1 AND user_id = $2")
+                    .bind(channel)
+                    .bind(user_id)
+                    .fetch_optional(&self.read)
+                    .await?;
+                row.as_ref().map(Self::decode_pairing).transpose()
+            }
+
+            async fn pairing_request(
+                &self,
+                request: &$crate::storage::PairingRequest,
+                max_pending: i64,
+            ) -> $crate::storage::StoreResult<$crate::storage::PairingOutcome> {
+                use $crate::storage::PairingOutcome;
+                let mut tx = self.write.begin().await?;
+                sqlx::query("DELETE FROM pairing WHERE state = 'pending' AND expires_at <= $1")
+                    .bind(request.now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                let existing: Option<String> = sqlx::query_scalar("SELECT state FROM pairing WHERE channel = $1 AND user_id = $2")
+                    .bind(&request.channel)
+                    .bind(&request.user_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if existing.is_some() {
+                    tx.commit().await?;
+                    return Ok(PairingOutcome::Pending);
+                }
+                let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pairing WHERE channel = $1 AND state = 'pending'")
+                    .bind(&request.channel)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if pending >= max_pending {
+                    tx.commit().await?;
+                    return Ok(PairingOutcome::TooMany);
+                }
+                sqlx::query(
+                    "INSERT INTO pairing (channel, user_id, user_name, code, state, created_at, expires_at) \
+                     VALUES ($1,$2,$3,$4,'pending',$5,$6)",
+                )
+                .bind(&request.channel)
+                .bind(&request.user_id)
+                .bind(&request.user_name)
+                .bind(&request.code)
+                .bind(request.now_ms)
+                .bind(request.expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(PairingOutcome::Created(request.code.clone()))
+            }
+
+            async fn pairing_list(&self, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::PairingRow>> {
+                let rows = sqlx::query(
+                    "SELECT * FROM pairing WHERE state = 'approved' OR expires_at > $1 ORDER BY state, created_at",
+                )
+                .bind(now_ms)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_pairing).collect()
+            }
+
+            async fn pairing_approve(&self, code: &str, now_ms: i64) -> $crate::storage::StoreResult<Option<$crate::storage::PairingRow>> {
+                let row = sqlx::query(
+                    "UPDATE pairing SET state = 'approved', approved_at = $2, code = NULL \
+                     WHERE code = $1 AND state = 'pending' AND expires_at > $2 RETURNING *",
+                )
+                .bind(code)
+                .bind(now_ms)
+                .fetch_optional(&self.write)
+                .await?;
+                row.as_ref().map(Self::decode_pairing).transpose()
+            }
+
+            async fn pairing_revoke(&self, user_id: &str) -> $crate::storage::StoreResult<u64> {
+                Ok(sqlx::query("DELETE FROM pairing WHERE user_id = $1")
+                    .bind(user_id)
+                    .execute(&self.write)
+                    .await?
+                    .rows_affected())
             }
 
             async fn outbox_conversation(

@@ -100,3 +100,33 @@ pub(crate) fn kind_from_db(s: &str) -> Result<OutboundKind, super::StoreError> {
     OutboundKind::parse(s)
         .ok_or_else(|| super::StoreError::Corrupt(format!("unknown outbox kind `{s}`")))
 }
+
+/// One row of the pairing table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingRow {
+    pub channel: String,
+    pub user_id: String,
+    pub user_name: String,
+    pub code: Option<String>,
+    /// `pending` or `approved`.
+    pub state: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingRequest {
+    pub channel: String,
+    pub user_id: String,
+    pub user_name: String,
+    pub code: String,
+    pub now_ms: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairingOutcome {
+    Created(String),
+    Pending,
+    TooMany,
+}

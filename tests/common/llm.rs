@@ -29,6 +29,12 @@ pub enum Behaviour {
     },
     /// Stream `text`, then break the stream with a protocol error.
     BreakAfter { text: String },
+    /// Stream `text` (OpenAI protocol) in `pieces` deltas, `gap` apart.
+    Trickle {
+        text: String,
+        pieces: usize,
+        gap: Duration,
+    },
     /// Never answer.
     Hang,
 }
@@ -269,6 +275,30 @@ async fn handle(
         Behaviour::Tools { text, calls } => {
             finish();
             stream(encode(protocol, &text, &calls, true), false)
+        }
+        Behaviour::Trickle { text, pieces, gap } => {
+            finish();
+            let chars: Vec<char> = text.chars().collect();
+            let size = chars.len().div_ceil(pieces.max(1));
+            let mut events: Vec<String> = chars
+                .chunks(size.max(1))
+                .map(|c| format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content": c.iter().collect::<String>()}}]})))
+                .collect();
+            events.push("data: [DONE]\n\n".to_string());
+            let stream = futures::stream::unfold(
+                (events.into_iter(), true),
+                move |(mut it, first)| async move {
+                    let next = it.next()?;
+                    if !first {
+                        tokio::time::sleep(gap).await;
+                    }
+                    Some((Ok::<_, std::io::Error>(next.into_bytes()), (it, false)))
+                },
+            );
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(stream))
+                .unwrap()
         }
         Behaviour::BreakAfter { text } => {
             finish();

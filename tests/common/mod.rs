@@ -8,6 +8,7 @@ pub mod llm;
 pub mod pg;
 pub mod receiver;
 pub mod service;
+pub mod telegram;
 
 use std::time::{Duration, Instant};
 

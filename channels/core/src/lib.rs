@@ -53,6 +53,10 @@ pub trait Channel: Send + Sync {
     /// delivered through [`Channel::deliver`].
     async fn stream_delta(&self, _route: &ChatRoute, _in_reply_to: &str, _delta: &str) {}
 
+    /// Show a typing indicator in the chat (and thread). Called every few seconds while a
+    /// turn runs; channels without one ignore it.
+    async fn typing(&self, _route: &ChatRoute) {}
+
     /// True once the adapter is connected to its platform (used by `/readyz`).
     fn is_ready(&self) -> bool {
         true

@@ -1,0 +1,318 @@
+//! Delivery to Telegram: replies (split at 4096, HTML with a plain-text fallback), edits,
+//! streamed replies (one message edited at most every `stream_edit_interval`, no-op edits
+//! skipped, `retry_after` honoured) and the typing indicator, all in the right forum topic.
+
+use crate::format;
+use async_trait::async_trait;
+use ferroclaw_channel_core::{
+    Channel, ChatRoute, Delivered, DeliveryError, OutboundKind, OutboundMessage,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use teloxide::RequestError;
+use teloxide::prelude::*;
+use teloxide::types::{ChatAction, MessageId, ParseMode, ThreadId};
+use teloxide::{ApiError, Bot};
+
+pub struct TelegramChannel {
+    bot: Bot,
+    /// Redacts the token from error texts (reqwest errors carry the URL).
+    token: String,
+    edit_interval: Duration,
+    streams: Mutex<HashMap<StreamKey, SharedStream>>,
+    /// Pieces already sent of a multi-piece outbox message (outbox id → platform ids), so a
+    /// retry after a partial failure does not send the first pieces again.
+    partial: Mutex<HashMap<i64, Vec<MessageId>>>,
+    pub(crate) ready: AtomicBool,
+}
+
+/// (chat id, inbound message id the reply answers).
+type StreamKey = (String, String);
+type SharedStream = Arc<tokio::sync::Mutex<Stream>>;
+
+/// One reply being streamed into one Telegram message.
+#[derive(Default)]
+struct Stream {
+    message: Option<MessageId>,
+    text: String,
+    shown: String,
+    last_edit: Option<Instant>,
+    blocked_until: Option<Instant>,
+}
+
+fn chat(route: &ChatRoute) -> Result<ChatId, DeliveryError> {
+    route.chat_id.parse::<i64>().map(ChatId).map_err(|_| {
+        DeliveryError::Rejected(format!("`{}` is not a Telegram chat id", route.chat_id))
+    })
+}
+
+fn thread(route: &ChatRoute) -> Option<ThreadId> {
+    route
+        .thread_id
+        .as_deref()
+        .and_then(|t| t.parse::<i32>().ok())
+        .map(|t| ThreadId(MessageId(t)))
+}
+
+impl TelegramChannel {
+    pub fn new(bot: Bot, token: String, edit_interval: Duration) -> Self {
+        TelegramChannel {
+            bot,
+            token,
+            edit_interval,
+            streams: Mutex::new(HashMap::new()),
+            partial: Mutex::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn redact(&self, text: String) -> String {
+        if self.token.is_empty() {
+            text
+        } else {
+            text.replace(&self.token, "<token>")
+        }
+    }
+
+    fn failure(&self, err: RequestError) -> DeliveryError {
+        match err {
+            RequestError::RetryAfter(seconds) => DeliveryError::Retry {
+                reason: "Telegram flood control".into(),
+                retry_after: Some(seconds.duration()),
+            },
+            RequestError::Network(_) | RequestError::Io(_) | RequestError::InvalidJson { .. } => {
+                DeliveryError::Retry {
+                    reason: self.redact(err.to_string()),
+                    retry_after: None,
+                }
+            }
+            RequestError::Api(_) | RequestError::MigrateToChatId(_) => {
+                DeliveryError::Rejected(self.redact(err.to_string()))
+            }
+        }
+    }
+
+    /// Send one piece as HTML; if Telegram rejects the markup, send the same text plain.
+    async fn send_piece(
+        &self,
+        route: &ChatRoute,
+        markdown: &str,
+    ) -> Result<MessageId, RequestError> {
+        let chat = chat(route).map_err(|_| RequestError::Api(ApiError::ChatNotFound))?;
+        let mut html = self
+            .bot
+            .send_message(chat, format::to_html(markdown))
+            .parse_mode(ParseMode::Html);
+        if let Some(t) = thread(route) {
+            html = html.message_thread_id(t);
+        }
+        match html.await {
+            Ok(m) => Ok(m.id),
+            Err(RequestError::Api(ApiError::CantParseEntities(_))) => {
+                tracing::info!("Telegram rejected the HTML; sending plain text");
+                let mut plain = self.bot.send_message(chat, markdown);
+                if let Some(t) = thread(route) {
+                    plain = plain.message_thread_id(t);
+                }
+                plain.await.map(|m| m.id)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replace a message's text with one piece, HTML first, then plain. Unchanged is fine.
+    async fn edit_piece(
+        &self,
+        chat: ChatId,
+        id: MessageId,
+        markdown: &str,
+    ) -> Result<(), RequestError> {
+        let html = self
+            .bot
+            .edit_message_text(chat, id, format::to_html(markdown))
+            .parse_mode(ParseMode::Html);
+        match html.await {
+            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+            Err(RequestError::Api(ApiError::CantParseEntities(_))) => {
+                match self.bot.edit_message_text(chat, id, markdown).await {
+                    Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Send pieces `from..` of a message, remembering progress for retries.
+    async fn send_pieces(
+        &self,
+        message: &OutboundMessage,
+        pieces: &[String],
+        mut sent: Vec<MessageId>,
+    ) -> Result<Vec<MessageId>, DeliveryError> {
+        for piece in &pieces[sent.len().min(pieces.len())..] {
+            match self.send_piece(&message.route, piece).await {
+                Ok(id) => sent.push(id),
+                Err(e) => {
+                    if !sent.is_empty() {
+                        self.partial
+                            .lock()
+                            .expect("partial lock")
+                            .insert(message.id, sent);
+                    }
+                    return Err(self.failure(e));
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    fn take_stream(
+        &self,
+        route: &ChatRoute,
+        in_reply_to: &str,
+    ) -> Option<Arc<tokio::sync::Mutex<Stream>>> {
+        self.streams
+            .lock()
+            .expect("streams lock")
+            .remove(&(route.chat_id.clone(), in_reply_to.to_string()))
+    }
+}
+
+#[async_trait]
+impl Channel for TelegramChannel {
+    fn name(&self) -> &str {
+        crate::translate::CHANNEL
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        let chat_id = chat(&message.route)?;
+        let pieces = format::split(&message.text, format::LIMIT);
+        if pieces.is_empty() {
+            return Ok(Delivered::default());
+        }
+        // An edit of an earlier message (plan cards, status messages).
+        if let Some(id) = message
+            .edit_platform_id
+            .as_deref()
+            .and_then(|id| id.parse::<i32>().ok())
+        {
+            self.edit_piece(chat_id, MessageId(id), &pieces[0])
+                .await
+                .map_err(|e| self.failure(e))?;
+            return Ok(Delivered {
+                platform_message_id: Some(id.to_string()),
+            });
+        }
+        let mut sent = self
+            .partial
+            .lock()
+            .expect("partial lock")
+            .remove(&message.id)
+            .unwrap_or_default();
+        // A reply that was streamed: its first piece replaces the streamed message.
+        if sent.is_empty()
+            && message.kind == OutboundKind::Reply
+            && let Some(reply_to) = &message.in_reply_to
+            && let Some(stream) = self.take_stream(&message.route, reply_to)
+        {
+            let stream = stream.lock().await;
+            if let Some(id) = stream.message {
+                if stream.shown != pieces[0] {
+                    // The final edit keeps the pace too: one edit per interval, after any retry_after.
+                    let paced = stream.last_edit.map(|last| last + self.edit_interval);
+                    if let Some(until) = paced.max(stream.blocked_until) {
+                        tokio::time::sleep_until(until.into()).await;
+                    }
+                    self.edit_piece(chat_id, id, &pieces[0])
+                        .await
+                        .map_err(|e| self.failure(e))?;
+                }
+                sent.push(id);
+            }
+        }
+        let sent = self.send_pieces(message, &pieces, sent).await?;
+        Ok(Delivered {
+            platform_message_id: sent.first().map(|id| id.0.to_string()),
+        })
+    }
+
+    async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
+        let Ok(chat_id) = chat(route) else { return };
+        let stream = self
+            .streams
+            .lock()
+            .expect("streams lock")
+            .entry((route.chat_id.clone(), in_reply_to.to_string()))
+            .or_default()
+            .clone();
+        let mut s = stream.lock().await;
+        s.text.push_str(delta);
+        let now = Instant::now();
+        if s.blocked_until.is_some_and(|until| now < until) {
+            return;
+        }
+        // The preview stays within one message; the final reply is split properly.
+        let preview: String = s.text.chars().take(format::LIMIT).collect();
+        if preview.trim().is_empty() || preview == s.shown {
+            return;
+        }
+        let result = match s.message {
+            None => {
+                let mut send = self.bot.send_message(chat_id, preview.clone());
+                if let Some(t) = thread(route) {
+                    send = send.message_thread_id(t);
+                }
+                send.await.map(|m| s.message = Some(m.id))
+            }
+            Some(id) => {
+                if s.last_edit
+                    .is_some_and(|last| now.duration_since(last) < self.edit_interval)
+                {
+                    return;
+                }
+                match self
+                    .bot
+                    .edit_message_text(chat_id, id, preview.clone())
+                    .await
+                {
+                    Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match result {
+            Ok(()) => {
+                s.shown = preview;
+                s.last_edit = Some(Instant::now());
+            }
+            Err(RequestError::RetryAfter(seconds)) => {
+                tracing::info!(
+                    seconds = seconds.seconds(),
+                    "Telegram asked to slow down edits"
+                );
+                s.blocked_until = Some(Instant::now() + seconds.duration());
+            }
+            Err(e) => {
+                tracing::warn!(error = %self.redact(e.to_string()), "streaming update failed")
+            }
+        }
+    }
+
+    async fn typing(&self, route: &ChatRoute) {
+        let Ok(chat_id) = chat(route) else { return };
+        let mut action = self.bot.send_chat_action(chat_id, ChatAction::Typing);
+        if let Some(t) = thread(route) {
+            action = action.message_thread_id(t);
+        }
+        if let Err(e) = action.await {
+            tracing::debug!(error = %self.redact(e.to_string()), "typing indicator failed");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Receiving updates: long polling (the offset moves past an update only after the inbox
+//! has it) or the webhook route (answers 200 only after the inbox has it; checks Telegram's
+//! secret-token header in constant time).
+
+use crate::channel::TelegramChannel;
+use crate::{Mode, Settings, translate};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use ferroclaw_channel_core::{ChatKind, InboundMessage, Inbox};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use teloxide::RequestError;
+use teloxide::prelude::*;
+use teloxide::types::{AllowedUpdate, BotCommand, Me, Update};
+use tokio_util::sync::CancellationToken;
+
+pub const WEBHOOK_PATH: &str = "/v1/telegram/webhook";
+
+pub(crate) struct Shared {
+    pub(crate) bot: Bot,
+    pub(crate) inbox: OnceLock<Arc<dyn Inbox>>,
+    pub(crate) me: OnceLock<Me>,
+    pub(crate) webhook_secret: String,
+    pub(crate) settings: Settings,
+    pub(crate) channel: Arc<TelegramChannel>,
+}
+
+/// A stable webhook secret derived from the bot token (so restarts keep it valid).
+pub(crate) fn webhook_secret(token: &str) -> String {
+    let digest = Sha256::digest(format!("ferroclaw-telegram-webhook:{token}").as_bytes());
+    hex::encode(&digest[..24])
+}
+
+impl Shared {
+    /// The message to journal, or None when it is not for us (no text, a bot, a group
+    /// message without mention when mentions are required).
+    fn wanted(&self, update: &Update, me: &Me) -> Option<InboundMessage> {
+        let message = translate::inbound(translate::message(update)?, me)?;
+        if message.route.kind == ChatKind::Group
+            && self.settings.require_mention_in_groups
+            && !message.mentioned
+        {
+            return None;
+        }
+        Some(message)
+    }
+
+    /// Hand a message to the inbox, retrying until it is durable (never skipped).
+    async fn hand_over(&self, message: InboundMessage, cancel: &CancellationToken) -> bool {
+        let inbox = self
+            .inbox
+            .get()
+            .expect("the inbox is set before updates are received");
+        loop {
+            match inbox.accept(message.clone()).await {
+                Ok(_) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not journal a Telegram update; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return false,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+    let Some(me) = connect(&shared, &cancel).await else {
+        return;
+    };
+    let _ = shared.me.set(me);
+    match &shared.settings.mode {
+        Mode::Webhook { public_url } => {
+            let url = format!("{}{WEBHOOK_PATH}", public_url.trim_end_matches('/'));
+            let Ok(url) = url::Url::parse(&url) else {
+                tracing::error!("server.public_url does not form a valid webhook URL");
+                return;
+            };
+            let set = shared
+                .bot
+                .set_webhook(url)
+                .secret_token(shared.webhook_secret.clone())
+                .allowed_updates(vec![AllowedUpdate::Message]);
+            match set.await {
+                Ok(_) => {
+                    shared.channel.ready.store(true, Ordering::Release);
+                    tracing::info!("telegram webhook registered");
+                }
+                Err(e) => {
+                    tracing::error!(error = %shared.channel.redact(e.to_string()), "setWebhook failed")
+                }
+            }
+            cancel.cancelled().await;
+        }
+        Mode::Polling => poll(&shared, &cancel).await,
+    }
+}
+
+/// getMe (retried until it works) and setMyCommands.
+async fn connect(shared: &Shared, cancel: &CancellationToken) -> Option<Me> {
+    let mut wait = Duration::from_millis(500);
+    let me = loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            r = shared.bot.get_me() => r,
+        };
+        match result {
+            Ok(me) => break me,
+            Err(e) => {
+                tracing::warn!(error = %shared.channel.redact(e.to_string()), "telegram getMe failed; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    tracing::info!(
+        bot = me.user.username.as_deref().unwrap_or_default(),
+        "telegram connected"
+    );
+    let commands: Vec<BotCommand> = shared
+        .settings
+        .commands
+        .iter()
+        .map(|(c, d)| BotCommand::new(c.clone(), d.clone()))
+        .collect();
+    if let Err(e) = shared.bot.set_my_commands(commands).await {
+        tracing::warn!(error = %shared.channel.redact(e.to_string()), "setMyCommands failed");
+    }
+    Some(me)
+}
+
+async fn poll(shared: &Shared, cancel: &CancellationToken) {
+    if let Err(e) = shared.bot.delete_webhook().await {
+        tracing::warn!(error = %shared.channel.redact(e.to_string()), "deleteWebhook failed");
+    }
+    let me = shared.me.get().expect("set before polling").clone();
+    let timeout = shared.settings.poll_timeout.as_secs() as u32;
+    let mut offset: i32 = 0;
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let request = shared
+            .bot
+            .get_updates()
+            .offset(offset)
+            .timeout(timeout)
+            .allowed_updates(vec![AllowedUpdate::Message]);
+        let result = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = request.send() => r,
+        };
+        match result {
+            Ok(updates) => {
+                shared.channel.ready.store(true, Ordering::Release);
+                backoff = Duration::from_millis(500);
+                for update in updates {
+                    if let Some(message) = shared.wanted(&update, &me)
+                        && !shared.hand_over(message, cancel).await
+                    {
+                        return; // cancelled before it was durable: Telegram redelivers it
+                    }
+                    // Only now is the update ours to keep: move past it.
+                    offset = update.id.0 as i32 + 1;
+                }
+            }
+            Err(RequestError::RetryAfter(seconds)) => {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(seconds.duration()) => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %shared.channel.redact(e.to_string()), "getUpdates failed");
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    // Confirm what was journalled so Telegram does not send it again after a clean stop.
+    if offset > 0 {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            shared.bot.get_updates().offset(offset).timeout(0).send(),
+        )
+        .await;
+    }
+}
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(WEBHOOK_PATH, post(webhook))
+        .with_state(shared)
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({"error": message}))).into_response()
+}
+
+async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let given = headers
+        .get("x-telegram-bot-api-secret-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(shared.webhook_secret.as_bytes())) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong X-Telegram-Bot-Api-Secret-Token",
+        );
+    }
+    let Some(me) = shared.me.get() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not connected to Telegram yet",
+        );
+    };
+    let update: Update = match serde_json::from_slice(&body) {
+        Ok(update) => update,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("not a Telegram update: {e}"),
+            );
+        }
+    };
+    let Some(inbox) = shared.inbox.get() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready");
+    };
+    if let Some(message) = shared.wanted(&update, me)
+        && let Err(e) = inbox.accept(message).await
+    {
+        tracing::warn!(error = %e, "could not journal a Telegram update");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "could not store the update; retry",
+        );
+    }
+    StatusCode::OK.into_response()
+}

@@ -1,0 +1,410 @@
+//! The Telegram channel through the real `serve` and the real teloxide client, against a Bot
+//! API stand-in on loopback: routing (DM, group, forum topic), splitting, streaming edits,
+//! retry_after, the HTML fallback, access modes with the pairing CLI, webhook mode, and the
+//! crash test.
+
+mod common;
+
+use common::llm::{Behaviour, LlmStandIn, last_user};
+use common::service::{Service, Workdir, config_with_llm, run};
+use common::telegram::{TOKEN, TelegramStandIn, dm, group};
+use common::wait_for;
+use std::time::Duration;
+
+fn config(llm: &str, tg: &str, extra: &str) -> String {
+    config_with_llm(
+        llm,
+        &format!(
+            "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{tg}\"\n{extra}\n"
+        ),
+    )
+}
+
+const ENV: &[(&str, &str)] = &[("FC_TG_TOKEN", TOKEN)];
+
+async fn texts_settle(
+    tg: &TelegramStandIn,
+    chat: i64,
+    expect: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    wait_for(
+        &format!("the bot's messages in chat {chat}"),
+        Duration::from_secs(20),
+        || async {
+            let t = tg.texts(chat);
+            expect(&t).then_some(t)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn direct_messages_groups_and_forum_topics_are_answered_in_the_right_place() {
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &tg.url, "access = \"open\""));
+    let service = Service::start(&work, ENV).await;
+    assert!(
+        !tg.calls("setMyCommands").is_empty(),
+        "commands are registered"
+    );
+    assert!(tg.calls("setMyCommands")[0].raw.contains("status"));
+
+    tg.push_message(dm(7, 1, "hello"));
+    assert_eq!(
+        texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: hello")).await,
+        ["echo: hello"]
+    );
+
+    tg.push_message(group(-100, 7, 2, "nobody asked you", false, None));
+    tg.push_message(group(-100, 7, 3, "what now?", true, None));
+    texts_settle(&tg, -100, |t| t.iter().any(|x| x == "echo: what now?")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        tg.texts(-100),
+        ["echo: what now?"],
+        "only the mention is answered, with the mention stripped"
+    );
+    assert_eq!(llm.count(), 2);
+
+    tg.push_message(group(-200, 7, 4, "topic question", true, Some(4)));
+    texts_settle(&tg, -200, |t| t.iter().any(|x| x == "echo: topic question")).await;
+    let sends: Vec<_> = tg
+        .calls("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == -200)
+        .collect();
+    assert!(!sends.is_empty());
+    assert!(
+        sends.iter().all(|c| c.params["message_thread_id"] == 4),
+        "replies carry the topic: {sends:?}"
+    );
+    let typing: Vec<_> = tg
+        .calls("sendChatAction")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == -200)
+        .collect();
+    assert!(!typing.is_empty(), "a typing indicator ran");
+    assert!(
+        typing
+            .iter()
+            .all(|c| c.params["message_thread_id"] == 4 && c.params["action"] == "typing")
+    );
+    let session = llm.requests().last().unwrap().body.clone();
+    assert_eq!(last_user(&session), "topic question");
+
+    let (_, logs) = service.terminate().await;
+    assert!(
+        !logs.contains(TOKEN) && !logs.contains("TEST-telegram-token"),
+        "the bot token never reaches the logs"
+    );
+    assert!(logs.contains("channel enabled: telegram"));
+    assert!(tg.wrong_tokens().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ten_thousand_character_reply_is_split_into_pieces_of_at_most_4096() {
+    let paragraph = "The quick brown fox jumps over the lazy dog again and again. ".repeat(8);
+    let reply: String = (0..21)
+        .map(|i| format!("Paragraph {i}. {paragraph}"))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    assert!(reply.chars().count() >= 10_000);
+    let expected = reply.clone();
+    let llm = LlmStandIn::start(move |_, _| Behaviour::reply(expected.clone())).await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(
+        &llm.url,
+        &tg.url,
+        "access = \"open\"\nstream_edit_interval_ms = 100",
+    ));
+    let _service = Service::start(&work, ENV).await;
+    tg.push_message(dm(7, 1, "write a lot"));
+    let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let texts = texts_settle(&tg, 7, |t| squash(&t.concat()) == squash(&reply)).await;
+    assert!(texts.len() >= 3, "{} pieces", texts.len());
+    for piece in &texts {
+        assert!(
+            piece.chars().count() <= 4096,
+            "a piece has {} characters",
+            piece.chars().count()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streamed_replies_edit_one_message_at_most_once_per_interval_and_honour_retry_after() {
+    let text: String = (0..40).map(|i| format!("word{i} ")).collect();
+    let full = text.clone();
+    let llm = LlmStandIn::start(move |_, _| Behaviour::Trickle {
+        text: full.clone(),
+        pieces: 20,
+        gap: Duration::from_millis(60),
+    })
+    .await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(
+        &llm.url,
+        &tg.url,
+        "access = \"open\"\nstream_edit_interval_ms = 250",
+    ));
+    let _service = Service::start(&work, ENV).await;
+    tg.edit_retry_after(&[1]);
+    tg.push_message(dm(7, 1, "stream please"));
+    texts_settle(&tg, 7, |t| t.len() == 1 && t[0] == text.trim()).await;
+
+    let sends: Vec<_> = tg
+        .calls("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == 7)
+        .collect();
+    assert_eq!(sends.len(), 1, "one message, then edits");
+    let edits = tg.calls("editMessageText");
+    assert!(edits.len() >= 2, "{} edits", edits.len());
+    let limited = edits
+        .iter()
+        .position(|e| e.status == 429)
+        .expect("the stand-in sent a 429");
+    let after = &edits[limited + 1];
+    assert!(
+        after.at - edits[limited].at >= Duration::from_millis(950),
+        "retry_after 1 s honoured: {:?}",
+        after.at - edits[limited].at
+    );
+    let accepted: Vec<_> = edits.iter().filter(|e| e.status == 200).collect();
+    let mut previous = sends[0].at;
+    for e in &accepted {
+        assert!(
+            e.at - previous >= Duration::from_millis(240),
+            "edits {:?} apart",
+            e.at - previous
+        );
+        previous = e.at;
+    }
+    for pair in accepted.windows(2) {
+        assert_ne!(
+            pair[0].params["text"], pair[1].params["text"],
+            "no no-op edits"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rejected_html_is_sent_again_as_plain_text() {
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &tg.url, "access = \"open\""));
+    let _service = Service::start(&work, ENV).await;
+    tg.reject_html(true);
+    tg.push_message(dm(7, 1, "/help"));
+    texts_settle(&tg, 7, |t| t.iter().any(|x| x.contains("/status"))).await;
+    let sends = tg.calls("sendMessage");
+    assert_eq!(sends.len(), 2);
+    assert_eq!(
+        (sends[0].params["parse_mode"].as_str(), sends[0].status),
+        (Some("HTML"), 400)
+    );
+    assert!(
+        sends[1]
+            .params
+            .get("parse_mode")
+            .is_none_or(|p| p.is_null())
+    );
+    assert!(
+        sends[1].params["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Commands:")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowlist_answers_only_allowed_users() {
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(
+        &llm.url,
+        &tg.url,
+        "access = \"allowlist\"\nallowed_users = [\"7\"]",
+    ));
+    let _service = Service::start(&work, ENV).await;
+    tg.push_message(dm(8, 1, "let me in"));
+    tg.push_message(dm(7, 2, "hi"));
+    texts_settle(&tg, 7, |t| !t.is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(tg.texts(8).is_empty(), "a stranger gets nothing");
+    assert_eq!(
+        llm.count(),
+        1,
+        "a stranger's message never reaches the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pairing_gives_a_code_once_and_the_cli_approves_and_revokes() {
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &tg.url, "access = \"pairing\""));
+    let _service = Service::start(&work, ENV).await;
+    tg.push_message(dm(9, 1, "hello?"));
+    let first = texts_settle(&tg, 9, |t| !t.is_empty()).await;
+    assert_eq!(first.len(), 1);
+    let code: String = first[0]
+        .split("pairing code is ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take(6)
+        .collect();
+    tg.push_message(dm(9, 2, "hello again?"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        tg.texts(9).len(),
+        1,
+        "the code is sent once and nothing else"
+    );
+    assert_eq!(llm.count(), 0);
+
+    let cli = |args: Vec<String>| {
+        let dir = work.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(&dir, &args, "", ENV)
+        })
+    };
+    let list = cli(vec![
+        "pairing".into(),
+        "list".into(),
+        "-c".into(),
+        "config.toml".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    assert!(
+        list.stdout.contains(&code) && list.stdout.contains("telegram user 9"),
+        "{}",
+        list.stdout
+    );
+    let bad = cli(vec![
+        "pairing".into(),
+        "approve".into(),
+        "NOPE42".into(),
+        "-c".into(),
+        "config.toml".into(),
+    ])
+    .await
+    .unwrap();
+    assert_ne!(bad.code, Some(0));
+    let approve = cli(vec![
+        "pairing".into(),
+        "approve".into(),
+        code.clone(),
+        "-c".into(),
+        "config.toml".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(approve.code, Some(0), "{}", approve.stderr);
+
+    tg.push_message(dm(9, 3, "now?"));
+    texts_settle(&tg, 9, |t| t.iter().any(|x| x == "echo: now?")).await;
+    assert_eq!(llm.count(), 1);
+
+    let revoke = cli(vec![
+        "pairing".into(),
+        "revoke".into(),
+        "9".into(),
+        "-c".into(),
+        "config.toml".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(revoke.code, Some(0), "{}", revoke.stderr);
+    tg.push_message(dm(9, 4, "still there?"));
+    let after = texts_settle(&tg, 9, |t| t.len() == 3).await;
+    assert!(
+        after[2].contains("pairing code is"),
+        "a revoked user is a stranger again: {after:?}"
+    );
+    assert_eq!(llm.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_mode_checks_the_secret_token_header() {
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let extra = "access = \"open\"\nmode = \"webhook\"";
+    let cfg = config(&llm.url, &tg.url, extra).replace(
+        "[server]\n",
+        "[server]\npublic_url = \"https://bot.example.org\"\n",
+    );
+    let work = Workdir::new(&cfg);
+    let service = Service::start(&work, ENV).await;
+    let set = tg.calls("setWebhook");
+    assert_eq!(set.len(), 1);
+    assert_eq!(
+        set[0].params["url"],
+        "https://bot.example.org/v1/telegram/webhook"
+    );
+    let secret = set[0].params["secret_token"].as_str().unwrap().to_string();
+    assert!(
+        tg.calls("getUpdates").is_empty(),
+        "no polling in webhook mode"
+    );
+
+    let update =
+        serde_json::json!({"update_id": 1, "message": dm(7, 1, "via webhook")}).to_string();
+    let post = |header: Option<String>| {
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/v1/telegram/webhook", service.base))
+            .body(update.clone());
+        if let Some(h) = header {
+            req = req.header("x-telegram-bot-api-secret-token", h);
+        }
+        req.send()
+    };
+    assert_eq!(post(None).await.unwrap().status(), 401);
+    assert_eq!(post(Some("wrong".into())).await.unwrap().status(), 401);
+    assert_eq!(llm.count(), 0);
+    assert_eq!(post(Some(secret.clone())).await.unwrap().status(), 200);
+    texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: via webhook")).await;
+    assert_eq!(
+        post(Some(secret)).await.unwrap().status(),
+        200,
+        "a redelivery is accepted"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(llm.count(), 1, "and not processed twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_during_a_turn_then_restart_answers_exactly_once() {
+    let llm = LlmStandIn::start(|body, index| {
+        if index == 0 {
+            Behaviour::Hang
+        } else {
+            Behaviour::reply(format!("echo: {}", last_user(body)))
+        }
+    })
+    .await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &tg.url, "access = \"open\""));
+    let service = Service::start(&work, ENV).await;
+    tg.push_message(dm(7, 1, "do not lose me"));
+    wait_for("the model call", Duration::from_secs(10), || async {
+        (llm.count() == 1).then_some(())
+    })
+    .await;
+    service.kill();
+    let _service = Service::start(&work, ENV).await;
+    texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: do not lose me")).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        tg.texts(7),
+        ["echo: do not lose me"],
+        "answered exactly once"
+    );
+    assert_eq!(llm.count(), 2);
+    assert_eq!(tg.pending_updates(), 0, "the update was confirmed");
+}
