@@ -18,6 +18,7 @@ pub mod ingress;
 pub mod lanes;
 pub mod outbox;
 pub mod pairing;
+pub mod plan;
 pub mod providers;
 pub mod serve;
 pub mod server;

@@ -123,7 +123,7 @@ async fn tool_errors_and_invalid_arguments_go_back_to_the_model_naming_the_field
     );
     assert!(results[1].contains("field `path`"), "{}", results[1]);
     assert!(results[2].contains("`..` is not allowed"), "{}", results[2]);
-    assert!(results[3].contains("unknown tool"), "{}", results[3]);
+    assert!(results[3].contains("not available"), "{}", results[3]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -202,6 +202,17 @@ async fn transcripts_are_windowed_and_archived_by_epoch(store: &dyn Store) {
         .session_set_summary(&key, "summary", last3[0].id)
         .await
         .unwrap();
+    store.session_set_plan(&key, Some("{}")).await.unwrap();
+    assert_eq!(
+        store
+            .session_get(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .plan
+            .as_deref(),
+        Some("{}")
+    );
     let epoch = store.session_reset(&key, 2).await.unwrap();
     assert_eq!(epoch, 1);
     let session = store.session_get(&key).await.unwrap().unwrap();
@@ -209,6 +220,7 @@ async fn transcripts_are_windowed_and_archived_by_epoch(store: &dyn Store) {
         (session.epoch, session.summary.clone(), session.summary_upto),
         (1, None, 0)
     );
+    assert_eq!(session.plan, None, "a reset ends the plan");
     assert!(
         store
             .transcript_recent(&key, 1, 0, 100)

@@ -408,3 +408,65 @@ async fn a_kill_during_a_turn_then_restart_answers_exactly_once() {
     assert_eq!(llm.count(), 2);
     assert_eq!(tg.pending_updates(), 0, "the update was confirmed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_card_is_edited_in_place_in_the_topic() {
+    let llm = LlmStandIn::start(|body, _| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+        let results = body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").count();
+        if system.contains("## Planning") {
+            Behaviour::reply(r#"{"goal":"Greet","steps":[{"action":"Say hi","expected_outcome":"hi said"}]}"#)
+        } else if results == 0 {
+            Behaviour::tool("plan", serde_json::json!({"action": "update", "step": 1, "status": "done", "actual": "said hi"}))
+        } else {
+            Behaviour::reply("all done")
+        }
+    })
+    .await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(
+        &llm.url,
+        &tg.url,
+        "access = \"open\"\nstream_edit_interval_ms = 50",
+    ));
+    let _service = Service::start(&work, ENV).await;
+    tg.push_message(group(-300, 7, 1, "/plan greet everyone", true, Some(9)));
+    let texts = texts_settle(&tg, -300, |t| {
+        t.iter().any(|x| x == "all done") && t.iter().any(|x| x.starts_with("📋 Plan finished"))
+    })
+    .await;
+    let card = texts
+        .iter()
+        .find(|t| t.starts_with("📋 Plan: Greet"))
+        .expect("the card");
+    assert!(
+        card.contains("✅ 1. Say hi"),
+        "the card was edited in place: {card}"
+    );
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.starts_with("📋 Plan: Greet"))
+            .count(),
+        1,
+        "edited, not re-sent"
+    );
+    let card_edits: Vec<_> = tg
+        .calls("editMessageText")
+        .into_iter()
+        .filter(|c| {
+            c.params["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Say hi")
+        })
+        .collect();
+    assert_eq!(card_edits.len(), 1);
+    let sends = tg.calls("sendMessage");
+    assert!(
+        sends
+            .iter()
+            .filter(|c| c.params["chat_id"] == -300)
+            .all(|c| c.params["message_thread_id"] == 9)
+    );
+}

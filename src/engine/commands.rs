@@ -110,7 +110,8 @@ impl Engine {
             // `/stop` is answered by the ingress while a turn runs; queued behind nothing it
             // has nothing to stop.
             Command::Stop => (OutboundKind::Status, "Nothing is running.".into()),
-            Command::Plan(_) | Command::Subagents(_) => (
+            Command::Plan(_) => (OutboundKind::Error, "Usage: /plan <task>".into()),
+            Command::Subagents(_) => (
                 OutboundKind::Status,
                 "That command is not available in this build yet.".into(),
             ),
@@ -149,6 +150,17 @@ impl Engine {
             "Tokens: {} in, {} out",
             session.tokens_in, session.tokens_out
         );
+        let plan = session
+            .plan
+            .as_deref()
+            .and_then(|json| serde_json::from_str::<crate::plan::Plan>(json).ok())
+            .filter(|p| p.active);
+        match plan {
+            Some(plan) => {
+                let _ = write!(out, "\nPlan: {}", plan.progress());
+            }
+            None => out.push_str("\nPlan: none"),
+        }
         out
     }
 }

@@ -9,17 +9,19 @@
 mod commands;
 mod compact;
 mod context;
+mod planning;
 mod turn;
 
 pub use commands::{COMMANDS, Command, HELP_TEXT};
 
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
+use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
 use crate::storage::{
     JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
 };
-use crate::tools::ToolRegistry;
+use crate::tools::{ToolContext, ToolRegistry};
 use crate::turn_watch::TurnWatch;
 use ferroclaw_channel_core::{Channel, ChatRoute, OutboundKind};
 use std::collections::HashMap;
@@ -116,7 +118,19 @@ impl Engine {
             .session_get_or_create(&entry.session_key, route, now)
             .await?;
         let text = entry.message.text.trim();
+        let tracker = Arc::new(PlanTracker::load(
+            self.store.clone(),
+            self.outbox.clone(),
+            &session.key,
+            session.plan.as_deref(),
+            route.clone(),
+            Some(entry.message.platform_message_id.clone()),
+        ));
         let output = match Command::parse(text) {
+            Some(Command::Plan(task)) if !task.is_empty() => {
+                let turn = self.run_planned_turn(entry, &mut session, stop, &task, tracker);
+                self.with_typing(route, turn).await?
+            }
             Some(command) => self.run_command(command, &mut session).await?,
             None if text.chars().count() > self.config.agent.max_input_chars => TurnOutput::reply(
                 OutboundKind::Error,
@@ -127,7 +141,14 @@ impl Engine {
                 ),
             ),
             None => {
-                let turn = self.run_model_turn(entry, &mut session, stop);
+                let turn = self.run_model_turn(
+                    entry,
+                    &mut session,
+                    stop,
+                    text,
+                    tracker,
+                    TurnOutput::default(),
+                );
                 self.with_typing(route, turn).await?
             }
         };
@@ -167,6 +188,24 @@ impl Engine {
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
         Ok(())
+    }
+
+    /// What tools may know of this turn.
+    fn tool_context(
+        &self,
+        entry: &JournalEntry,
+        session: &SessionRow,
+        plan: Option<Arc<PlanTracker>>,
+    ) -> ToolContext {
+        ToolContext {
+            session_key: session.key.clone(),
+            route: entry.message.route.clone(),
+            in_reply_to: Some(entry.message.platform_message_id.clone()),
+            workspace: context::workspace_for(&self.config.agent.workspace, &session.key),
+            store: self.store.clone(),
+            outbox: self.outbox.clone(),
+            plan,
+        }
     }
 
     /// Run `work` while the channel shows a typing indicator, refreshed every 4 seconds.

@@ -1,14 +1,19 @@
 //! The ReAct tool loop of one turn: model → tool calls (run concurrently) → results → model,
 //! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
 
-use super::{Engine, TurnError, TurnOutput, compact, context};
+use super::{Engine, TurnError, TurnOutput, compact};
+use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
 use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow};
-use crate::tools::ToolContext;
 use ferroclaw_channel_core::OutboundKind;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-fn entry_for(message: &ChatMessage, model: Option<&str>, tokens: (i64, i64)) -> NewTranscriptEntry {
+pub(super) fn entry_for(
+    message: &ChatMessage,
+    model: Option<&str>,
+    tokens: (i64, i64),
+) -> NewTranscriptEntry {
     NewTranscriptEntry {
         role: message.role.as_str().into(),
         content: message.content.clone(),
@@ -22,37 +27,36 @@ fn entry_for(message: &ChatMessage, model: Option<&str>, tokens: (i64, i64)) -> 
 }
 
 impl Engine {
+    /// The tool loop for `user_text`. `output` may already hold work of this turn (planning).
     pub(super) async fn run_model_turn(
         &self,
         entry: &JournalEntry,
         session: &mut SessionRow,
         stop: &CancellationToken,
+        user_text: &str,
+        tracker: Arc<PlanTracker>,
+        mut output: TurnOutput,
     ) -> Result<TurnOutput, TurnError> {
-        let user = ChatMessage::text(Role::User, entry.message.text.clone());
-        let mut output = TurnOutput {
-            entries: vec![entry_for(&user, None, (0, 0))],
-            ..Default::default()
-        };
+        let user = ChatMessage::text(Role::User, user_text.to_string());
+        output.entries.push(entry_for(&user, None, (0, 0)));
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let model = self.session_model(session);
         let tools = self.tools.specs();
-        let cx = ToolContext {
-            session_key: session.key.clone(),
-            route: entry.message.route.clone(),
-            in_reply_to: Some(entry.message.platform_message_id.clone()),
-            workspace: context::workspace_for(&self.config.agent.workspace, &session.key),
-            store: self.store.clone(),
-            outbox: self.outbox.clone(),
-        };
+        let cx = self.tool_context(entry, session, Some(tracker.clone()));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
         let mut calls = 0;
         while calls < max {
             let mut messages = history.clone();
             messages.extend(turn_messages.iter().cloned());
+            // While a plan is active, every call ends its system prompt with the Active Plan.
+            let system = match tracker.section().await {
+                Some(section) => format!("{}\n\n{section}", self.config.agent.system_prompt),
+                None => self.config.agent.system_prompt.clone(),
+            };
             let request = ChatRequest {
-                system: self.config.agent.system_prompt.clone(),
+                system,
                 messages,
                 tools: tools.clone(),
             };
@@ -110,8 +114,16 @@ impl Engine {
                     output.entries.pop();
                     return Ok(stopped(output));
                 }
-                results = futures::future::join_all(batch.iter().map(|call| self.tools.call(call, &cx))) => results,
+                results = futures::future::join_all(batch.iter().map(|call| self.tools.call(call, &cx, &tools))) => results,
             };
+            if let Some((_, last)) = batch
+                .iter()
+                .zip(&results)
+                .rev()
+                .find(|(call, _)| call.name != "plan")
+            {
+                tracker.provisional(last).await;
+            }
             for (call, result) in batch.iter().zip(results) {
                 tracing::debug!(tool = %call.name, "tool call finished");
                 let message = ChatMessage {

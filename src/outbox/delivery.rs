@@ -5,7 +5,7 @@ use crate::clock::now_ms;
 use crate::storage::{OutboxEntry, Store};
 use ferroclaw_channel_core::{Channel, DeliveryError};
 use futures::StreamExt;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -123,7 +123,14 @@ impl DeliveryWorker {
     async fn deliver_conversation(&self, entries: Vec<OutboxEntry>, now: i64) -> PassOutcome {
         let mut outcome = PassOutcome::default();
         let total = entries.len();
-        for (i, entry) in entries.into_iter().enumerate() {
+        // Platform ids of messages delivered earlier in this pass, for edits read with them.
+        let mut delivered_ids: HashMap<i64, String> = HashMap::new();
+        for (i, mut entry) in entries.into_iter().enumerate() {
+            if let Some(original) = entry.message.edit_of
+                && entry.message.edit_platform_id.is_none()
+            {
+                entry.message.edit_platform_id = delivered_ids.get(&original).cloned();
+            }
             let id = entry.message.id;
             let deferred_from_here = |outcome: &mut PassOutcome, at: i64| {
                 outcome.deferred = total - i;
@@ -136,6 +143,9 @@ impl DeliveryWorker {
             }
             match self.channel.deliver(&entry.message).await {
                 Ok(delivered) => {
+                    if let Some(pid) = &delivered.platform_message_id {
+                        delivered_ids.insert(id, pid.clone());
+                    }
                     let platform_id = delivered.platform_message_id.as_deref();
                     if let Err(err) = self
                         .store

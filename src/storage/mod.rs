@@ -67,8 +67,10 @@ pub trait Store: Send + Sync {
     /// Set (or clear) the session's model override.
     async fn session_set_model(&self, key: &str, model: Option<&str>) -> StoreResult<()>;
     /// Start a fresh transcript: bump the epoch (old entries stay, archived) and drop the
-    /// summary. Returns the new epoch.
+    /// summary and the plan. Returns the new epoch.
     async fn session_reset(&self, key: &str, now_ms: i64) -> StoreResult<i64>;
+    /// Store (or clear) the session's plan JSON.
+    async fn session_set_plan(&self, key: &str, plan: Option<&str>) -> StoreResult<()>;
     /// Store a compaction summary covering transcript entries up to `upto` (inclusive).
     async fn session_set_summary(&self, key: &str, summary: &str, upto: i64) -> StoreResult<()>;
     /// Sessions, most recently active first.

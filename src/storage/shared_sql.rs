@@ -42,6 +42,7 @@ macro_rules! impl_store {
                     tokens_out: row.try_get("tokens_out")?,
                     last_model: row.try_get("last_model")?,
                     updated_at: row.try_get("updated_at")?,
+                    plan: row.try_get("plan")?,
                 })
             }
 
@@ -224,7 +225,7 @@ macro_rules! impl_store {
 
             async fn session_reset(&self, key: &str, now_ms: i64) -> $crate::storage::StoreResult<i64> {
                 let epoch: i64 = sqlx::query_scalar(
-                    "UPDATE sessions SET epoch = epoch + 1, summary = NULL, summary_upto = 0, updated_at = $2 \
+                    "UPDATE sessions SET epoch = epoch + 1, summary = NULL, summary_upto = 0, plan = NULL, updated_at = $2 \
                      WHERE key = $1 RETURNING epoch",
                 )
                 .bind(key)
@@ -232,6 +233,15 @@ macro_rules! impl_store {
                 .fetch_one(&self.write)
                 .await?;
                 Ok(epoch)
+            }
+
+            async fn session_set_plan(&self, key: &str, plan: Option<&str>) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE sessions SET plan = $2 WHERE key = $1")
+                    .bind(key)
+                    .bind(plan)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
             }
 
             async fn session_set_summary(&self, key: &str, summary: &str, upto: i64) -> $crate::storage::StoreResult<()> {

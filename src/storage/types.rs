@@ -29,6 +29,8 @@ pub struct SessionRow {
     pub tokens_out: i64,
     pub last_model: Option<String>,
     pub updated_at: i64,
+    /// The session's plan as JSON (see `crate::plan`), if it has one.
+    pub plan: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,10 +7,12 @@
 
 mod files;
 mod message;
+mod plan_tool;
 mod web_fetch;
 
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
+pub use plan_tool::PlanTool;
 pub use web_fetch::{WebFetch, is_private};
 
 use crate::outbox::OutboxNotifier;
@@ -32,6 +34,8 @@ pub struct ToolContext {
     pub workspace: PathBuf,
     pub store: Arc<dyn Store>,
     pub outbox: OutboxNotifier,
+    /// The session's plan tracker (None where plans are not offered).
+    pub plan: Option<Arc<crate::plan::PlanTracker>>,
 }
 
 /// A tool failure, shown to the model as the result.
@@ -84,12 +88,23 @@ impl ToolRegistry {
             Arc::new(ListFiles),
             Arc::new(WebFetch::new(allow_private)),
             Arc::new(MessageTool),
+            Arc::new(PlanTool),
         ])
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {
+        self.specs_where(|_| true)
+    }
+
+    /// Specs of the read-only tools (offered to planning calls).
+    pub fn read_only_specs(&self) -> Vec<ToolSpec> {
+        self.specs_where(|t| t.read_only())
+    }
+
+    fn specs_where(&self, keep: impl Fn(&dyn Tool) -> bool) -> Vec<ToolSpec> {
         self.tools
             .iter()
+            .filter(|t| keep(t.as_ref()))
             .map(|t| ToolSpec {
                 name: t.name().into(),
                 description: t.description().into(),
@@ -102,8 +117,17 @@ impl ToolRegistry {
         self.tools.iter().map(|t| t.name()).collect()
     }
 
-    /// Run one call; every failure becomes an `Error: ...` result for the model.
-    pub async fn call(&self, call: &ToolCall, cx: &ToolContext) -> String {
+    /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
+    /// tool not in `offered` is refused (the model may not use what it was not given).
+    pub async fn call(&self, call: &ToolCall, cx: &ToolContext, offered: &[ToolSpec]) -> String {
+        if !offered.iter().any(|t| t.name == call.name) {
+            let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+            return format!(
+                "Error: tool `{}` is not available here; available: {}",
+                call.name,
+                names.join(", ")
+            );
+        }
         match self.try_call(call, cx).await {
             Ok(text) => text,
             Err(err) => format!("Error: {err}"),

@@ -45,7 +45,10 @@ pub struct InProc {
 impl InProc {
     /// Start the app from `config_toml` (storage and workspace are put in a temp folder).
     pub async fn start(config_toml: &str) -> InProc {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), config_toml).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, config_toml: &str) -> InProc {
         let full = format!("{config_toml}\n",).replace("%DIR%", &dir.path().display().to_string());
         let path = dir.path().join("config.toml");
         std::fs::write(&path, full).unwrap();
@@ -60,6 +63,15 @@ impl InProc {
             dir,
             next: Mutex::new(0),
         }
+    }
+
+    /// Stop this app (as a restart would) and start a new one on the same folder and database.
+    pub async fn restart(self, config_toml: &str) -> InProc {
+        self.app.shutdown(Duration::from_secs(1)).await;
+        let InProc { dir, next, .. } = self;
+        let started = Self::start_in(dir, config_toml).await;
+        *started.next.lock().unwrap() = *next.lock().unwrap();
+        started
     }
 
     pub fn route(conversation: &str) -> ChatRoute {

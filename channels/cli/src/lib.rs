@@ -21,6 +21,9 @@ struct State {
     out: Box<dyn Write + Send>,
     /// Text already printed as deltas, by the inbound id it answers.
     streamed: HashMap<String, String>,
+    /// Lines of each card printed so far (by the outbox id of the card), so an edit prints
+    /// only the lines that changed.
+    cards: HashMap<i64, Vec<String>>,
 }
 
 impl CliChannel {
@@ -29,6 +32,7 @@ impl CliChannel {
             state: Mutex::new(State {
                 out,
                 streamed: HashMap::new(),
+                cards: HashMap::new(),
             }),
         }
     }
@@ -67,7 +71,27 @@ impl Channel for CliChannel {
         }
         let text = if was_streamed {
             "\n".to_string()
+        } else if let Some(original) = message.edit_of {
+            // An edited card: reprint the lines that changed.
+            let lines: Vec<String> = message.text.lines().map(str::to_string).collect();
+            let before = state
+                .cards
+                .insert(original, lines.clone())
+                .unwrap_or_default();
+            let changed: Vec<&String> = lines
+                .iter()
+                .enumerate()
+                .filter(|(i, l)| before.get(*i) != Some(*l))
+                .map(|(_, l)| l)
+                .collect();
+            changed.iter().map(|l| format!("{l}\n")).collect()
         } else {
+            if message.kind == OutboundKind::Plan {
+                state.cards.insert(
+                    message.id,
+                    message.text.lines().map(str::to_string).collect(),
+                );
+            }
             match message.kind {
                 OutboundKind::Error => format!("! {}\n", message.text),
                 _ => format!("{}\n", message.text),

@@ -1,0 +1,110 @@
+//! `/plan <task>`: a planning call that may use only read-only tools and must answer with
+//! `{goal, steps: [{action, expected_outcome}]}`; output that does not validate becomes a
+//! one-step plan holding the whole task. The plan is stored and its card posted; then the
+//! normal tool loop executes the task with the Active Plan in every system prompt.
+
+use super::turn::entry_for;
+use super::{Engine, TurnError, TurnOutput};
+use crate::plan::{self, PlanTracker};
+use crate::providers::{ChatMessage, ChatRequest, Role};
+use crate::storage::{JournalEntry, SessionRow};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Model calls the planning step may make (it may look around with read-only tools first).
+const PLANNING_CALLS: u32 = 6;
+
+pub const PLANNING_PROMPT: &str = "## Planning\nYou are planning, not executing. You may look around with the \
+read-only tools. Then answer with ONLY a JSON object, no prose: {\"goal\": string, \"steps\": [{\"action\": string, \
+\"expected_outcome\": string}]} with 1 to 20 concrete steps.";
+
+impl Engine {
+    pub(super) async fn run_planned_turn(
+        &self,
+        entry: &JournalEntry,
+        session: &mut SessionRow,
+        stop: &CancellationToken,
+        task: &str,
+        tracker: Arc<PlanTracker>,
+    ) -> Result<TurnOutput, TurnError> {
+        let mut output = TurnOutput::default();
+        let tools = self.tools.read_only_specs();
+        let cx = self.tool_context(entry, session, None);
+        let model = self.session_model(session);
+        let system = format!("{}\n\n{PLANNING_PROMPT}", self.config.agent.system_prompt);
+        let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
+        let mut answer = None;
+        for _ in 0..PLANNING_CALLS.min(self.config.agent.max_iterations) {
+            let request = ChatRequest {
+                system: system.clone(),
+                messages: messages.clone(),
+                tools: tools.clone(),
+            };
+            let result = tokio::select! {
+                _ = stop.cancelled() => return Ok(output),
+                result = self.chain.complete(&model, &request, &|_| {}) => result,
+            };
+            let (response, answered_by) = match result {
+                Ok(ok) => ok,
+                Err(e) => {
+                    tracing::warn!(error = %e, "planning call failed; planning the task as one step");
+                    break;
+                }
+            };
+            output.tokens_in += response.usage.input_tokens;
+            output.tokens_out += response.usage.output_tokens;
+            output.model = Some(answered_by.to_string());
+            if response.tool_calls.is_empty() {
+                answer = Some(response.content);
+                break;
+            }
+            let calls = response.tool_calls.clone();
+            messages.push(ChatMessage {
+                role: Role::Assistant,
+                content: response.content,
+                tool_calls: response.tool_calls,
+                tool_call_id: None,
+            });
+            let results =
+                futures::future::join_all(calls.iter().map(|c| self.tools.call(c, &cx, &tools)))
+                    .await;
+            for (call, result) in calls.iter().zip(results) {
+                messages.push(ChatMessage {
+                    role: Role::Tool,
+                    content: result,
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some(call.id.clone()),
+                });
+            }
+        }
+        let parsed = answer
+            .as_deref()
+            .ok_or_else(|| "no planning answer".to_string())
+            .and_then(plan::parse_planning_output);
+        let (goal, steps) = parsed.unwrap_or_else(|why| {
+            tracing::info!(%why, "planning output did not validate; planning the task as one step");
+            let p = plan::Plan::single_step(task);
+            (
+                p.goal,
+                p.steps
+                    .into_iter()
+                    .map(|s| (s.action, s.expected))
+                    .collect(),
+            )
+        });
+        let card = tracker.create(goal, steps).await?;
+        // The transcript keeps the request and the plan it produced.
+        output.entries.push(entry_for(
+            &ChatMessage::text(Role::User, format!("/plan {task}")),
+            None,
+            (0, 0),
+        ));
+        output.entries.push(entry_for(
+            &ChatMessage::text(Role::Assistant, card),
+            output.model.as_deref(),
+            (0, 0),
+        ));
+        self.run_model_turn(entry, session, stop, task, tracker, output)
+            .await
+    }
+}

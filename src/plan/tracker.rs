@@ -1,0 +1,171 @@
+//! A session's plan during a turn: kept in the session row (so it survives restarts), shown
+//! as a card in the chat that is edited in place as steps change, and summarised when the
+//! last step finishes. One tracker per turn; updates are serialised.
+
+use super::{Plan, StepStatus};
+use crate::outbox::OutboxNotifier;
+use crate::storage::{NewOutbound, Store, StoreError};
+use ferroclaw_channel_core::{ChatRoute, OutboundKind};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+const PROVISIONAL_CHARS: usize = 400;
+
+pub struct PlanTracker {
+    store: Arc<dyn Store>,
+    outbox: OutboxNotifier,
+    session_key: String,
+    route: ChatRoute,
+    in_reply_to: Option<String>,
+    plan: Mutex<Option<Plan>>,
+}
+
+impl PlanTracker {
+    /// The tracker for a session, with its stored plan (if any).
+    pub fn load(
+        store: Arc<dyn Store>,
+        outbox: OutboxNotifier,
+        session_key: &str,
+        stored: Option<&str>,
+        route: ChatRoute,
+        in_reply_to: Option<String>,
+    ) -> Self {
+        let plan = stored.and_then(|json| match serde_json::from_str::<Plan>(json) {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                tracing::warn!(error = %e, "stored plan unreadable; ignoring it");
+                None
+            }
+        });
+        PlanTracker {
+            store,
+            outbox,
+            session_key: session_key.to_string(),
+            route,
+            in_reply_to,
+            plan: Mutex::new(plan),
+        }
+    }
+
+    /// The `## Active Plan` section, while a plan is active.
+    pub async fn section(&self) -> Option<String> {
+        self.plan
+            .lock()
+            .await
+            .as_ref()
+            .filter(|p| p.active)
+            .map(Plan::prompt_section)
+    }
+
+    pub async fn progress(&self) -> Option<String> {
+        self.plan
+            .lock()
+            .await
+            .as_ref()
+            .filter(|p| p.active)
+            .map(Plan::progress)
+    }
+
+    /// Start a new plan (replacing any other) and post its card.
+    pub async fn create(
+        &self,
+        goal: String,
+        steps: Vec<(String, String)>,
+    ) -> Result<String, StoreError> {
+        let mut guard = self.plan.lock().await;
+        let mut plan = Plan::new(goal, steps);
+        let card = plan.card_text();
+        plan.card = Some(self.post(OutboundKind::Plan, card.clone(), None).await?);
+        self.persist(&plan).await?;
+        *guard = Some(plan);
+        Ok(card)
+    }
+
+    /// Record a step's status (and actual result); edit the card; summarise when finished.
+    pub async fn update(
+        &self,
+        step: usize,
+        status: StepStatus,
+        actual: Option<String>,
+    ) -> Result<String, String> {
+        let mut guard = self.plan.lock().await;
+        let plan = guard
+            .as_mut()
+            .filter(|p| p.active)
+            .ok_or("there is no active plan; create one first")?;
+        let count = plan.steps.len();
+        let target = step
+            .checked_sub(1)
+            .and_then(|i| plan.steps.get_mut(i))
+            .ok_or_else(|| format!("field `step`: the plan has steps 1 to {count}"))?;
+        target.status = status;
+        if let Some(actual) = actual.filter(|a| !a.trim().is_empty()) {
+            target.actual = Some(actual);
+            target.provisional = None;
+        }
+        let card = plan.card_text();
+        let finished = plan.finished();
+        if finished {
+            plan.active = false;
+        }
+        let snapshot = plan.clone();
+        let fail = |e: StoreError| format!("could not save the plan: {e}");
+        self.persist(&snapshot).await.map_err(fail)?;
+        self.post(OutboundKind::Plan, card.clone(), snapshot.card)
+            .await
+            .map_err(fail)?;
+        if finished {
+            self.post(OutboundKind::Plan, snapshot.summary_text(), None)
+                .await
+                .map_err(fail)?;
+        }
+        Ok(card)
+    }
+
+    /// Remember the latest tool result as the current step's provisional actual.
+    pub async fn provisional(&self, result: &str) {
+        let mut guard = self.plan.lock().await;
+        let Some(plan) = guard.as_mut().filter(|p| p.active) else {
+            return;
+        };
+        let Some(i) = plan.current() else { return };
+        if plan.steps[i].actual.is_some() {
+            return;
+        }
+        plan.steps[i].provisional = Some(result.chars().take(PROVISIONAL_CHARS).collect());
+        let snapshot = plan.clone();
+        drop(guard);
+        if let Err(e) = self.persist(&snapshot).await {
+            tracing::warn!(error = %e, "could not save the provisional result");
+        }
+    }
+
+    async fn persist(&self, plan: &Plan) -> Result<(), StoreError> {
+        let json = serde_json::to_string(plan).expect("plans serialise");
+        self.store
+            .session_set_plan(&self.session_key, Some(&json))
+            .await
+    }
+
+    /// Queue a card, an edit of it (`edit_of`), or a summary, in the request's thread.
+    async fn post(
+        &self,
+        kind: OutboundKind,
+        text: String,
+        edit_of: Option<i64>,
+    ) -> Result<i64, StoreError> {
+        let message = NewOutbound {
+            route: self.route.clone(),
+            kind,
+            text,
+            in_reply_to: self.in_reply_to.clone(),
+            edit_of,
+        };
+        let id = self
+            .store
+            .outbox_push(&self.session_key, &[message], crate::clock::now_ms())
+            .await?[0];
+        self.outbox.kick(&self.route.channel);
+        Ok(id)
+    }
+}
