@@ -3,7 +3,7 @@
 mod common;
 
 use common::llm::{Behaviour, LlmStandIn};
-use common::service::{config_with_llm, run};
+use common::service::{chat, config_with_llm, folder_with};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_answers_piped_lines_in_order_and_exits_zero() {
@@ -11,18 +11,16 @@ async fn chat_answers_piped_lines_in_order_and_exits_zero() {
         Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        config_with_llm(&llm.url, ""),
+    let dir = folder_with(&config_with_llm(&llm.url, ""));
+    let out = chat(
+        dir.path(),
+        "hello there
+second line
+/status
+",
+        &[],
     )
-    .unwrap();
-    let path = dir.path().to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        run(&path, &["chat"], "hello there\nsecond line\n/status\n", &[])
-    })
-    .await
-    .unwrap();
+    .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let first = out.stdout.find("echo: hello there").expect(&out.stdout);
     let second = out.stdout.find("echo: second line").expect(&out.stdout);
@@ -44,19 +42,26 @@ async fn chat_answers_piped_lines_in_order_and_exits_zero() {
     assert_eq!(llm.count(), 2);
 
     // The session persists: a new run of the same session sees the earlier turns.
-    let path = dir.path().to_path_buf();
-    let again = tokio::task::spawn_blocking(move || run(&path, &["chat"], "third\n", &[]))
-        .await
-        .unwrap();
+    let again = chat(
+        dir.path(),
+        "third
+",
+        &[],
+    )
+    .await;
     assert!(again.stdout.contains("echo: third"));
     let history = llm.requests()[2].body["messages"].to_string();
     assert!(history.contains("hello there"), "{history}");
 
     // /new archives it.
-    let path = dir.path().to_path_buf();
-    let fresh = tokio::task::spawn_blocking(move || run(&path, &["chat"], "/new\nfourth\n", &[]))
-        .await
-        .unwrap();
+    let fresh = chat(
+        dir.path(),
+        "/new
+fourth
+",
+        &[],
+    )
+    .await;
     assert!(fresh.stdout.contains("Started a fresh session"));
     let history = llm.requests()[3].body["messages"].to_string();
     assert!(!history.contains("hello there"), "{history}");
@@ -65,12 +70,13 @@ async fn chat_answers_piped_lines_in_order_and_exits_zero() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_without_a_usable_provider_explains_what_to_configure() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        run(&path, &["chat"], "hi\n", &[("OPENAI_API_KEY", "")])
-    })
-    .await
-    .unwrap();
+    let out = chat(
+        dir.path(),
+        "hi
+",
+        &[("OPENAI_API_KEY", "")],
+    )
+    .await;
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.contains("OPENAI_API_KEY"), "{}", out.stdout);
 }

@@ -243,13 +243,7 @@ async fn history_is_compacted_before_the_limit_and_the_summary_is_used() {
         after.body["messages"].to_string().len() / 4 < 1000,
         "and fits the limit"
     );
-    let session = app
-        .app
-        .store
-        .session_get("agent:main:rec:c")
-        .await
-        .unwrap()
-        .unwrap();
+    let session = app.session("c").await;
     assert_eq!(
         session.summary.as_deref(),
         Some(SUMMARY),

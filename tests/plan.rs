@@ -7,7 +7,7 @@ mod common;
 use common::hook::Hook;
 use common::inproc::{InProc, config};
 use common::llm::{Behaviour, LlmStandIn, Recorded};
-use common::service::{Service, Workdir, config_with_llm, run};
+use common::service::{Service, Workdir, chat, config_with_llm, folder_with};
 use common::wait_for;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::{Value, json};
@@ -179,13 +179,7 @@ async fn plan_tracks_steps_in_every_prompt_edits_its_card_and_survives_a_restart
     assert!(calls[3].contains("→ 3. Write notes"));
     assert!(calls[3].contains("compare the step's Actual result with its Expected outcome"));
 
-    let session = app
-        .app
-        .store
-        .session_get("agent:main:rec:c")
-        .await
-        .unwrap()
-        .unwrap();
+    let session = app.session("c").await;
     assert!(
         session.plan.as_deref().unwrap().contains("Tidy the repo"),
         "the plan is stored with the session"
@@ -283,17 +277,14 @@ async fn the_model_can_create_a_plan_with_the_plan_tool_and_new_ends_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_through_the_terminal_prints_the_card_and_its_changes() {
     let llm = LlmStandIn::start(script).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        config_with_llm(&llm.url, ""),
+    let dir = folder_with(&config_with_llm(&llm.url, ""));
+    let out = chat(
+        dir.path(),
+        "/plan tidy the repo
+",
+        &[],
     )
-    .unwrap();
-    let path = dir.path().to_path_buf();
-    let out =
-        tokio::task::spawn_blocking(move || run(&path, &["chat"], "/plan tidy the repo\n", &[]))
-            .await
-            .unwrap();
+    .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout

@@ -107,6 +107,17 @@ impl InProc {
             .unwrap();
     }
 
+    /// The stored session row of `conversation`.
+    pub async fn session(&self, conversation: &str) -> ferroclaw::storage::SessionRow {
+        let key = Self::route(conversation).session_key();
+        self.app
+            .store
+            .session_get(&key)
+            .await
+            .unwrap()
+            .expect("the session exists")
+    }
+
     pub fn delivered(&self) -> Vec<OutboundMessage> {
         self.recorder.delivered.lock().unwrap().clone()
     }

@@ -216,3 +216,22 @@ pub fn run(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Fini
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// Run `ferroclaw chat` in `dir` (which holds config.toml) with `stdin` piped in.
+pub async fn chat(
+    dir: &Path,
+    stdin: &str,
+    env: &'static [(&'static str, &'static str)],
+) -> Finished {
+    let (dir, stdin) = (dir.to_path_buf(), stdin.to_string());
+    tokio::task::spawn_blocking(move || run(&dir, &["chat"], &stdin, env))
+        .await
+        .unwrap()
+}
+
+/// A temp folder holding `config`.
+pub fn folder_with(config: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    dir
+}
