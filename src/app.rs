@@ -10,6 +10,7 @@ use crate::lanes::Lanes;
 use crate::outbox::{DeliveryWorker, OutboxNotifier};
 use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
 use crate::storage::{self, Store};
+use crate::subagents::Registry;
 use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
@@ -28,6 +29,7 @@ pub struct App {
     pub channels: ChannelMap,
     pub outbox: OutboxNotifier,
     pub turns: TurnWatch,
+    pub subagents: Arc<Registry>,
     workers: Vec<Arc<DeliveryWorker>>,
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
@@ -71,13 +73,17 @@ impl App {
             tools,
             turns.clone(),
         ));
-        let lanes = Lanes::new(engine, CancellationToken::new());
+        let subagents = Registry::new(store.clone(), notifier.clone(), config.subagents.clone());
+        engine.set_subagents(subagents.clone());
+        let lanes = Lanes::new(engine.clone(), CancellationToken::new());
+        subagents.attach(&engine, lanes.clone());
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),
             notifier.clone(),
             turns.clone(),
             access_from(&config),
+            subagents.clone(),
         ));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
@@ -95,16 +101,36 @@ impl App {
             channels: channel_map,
             outbox: notifier,
             turns,
+            subagents,
             workers,
             worker_tracker,
             workers_cancel,
         })
     }
 
-    /// Queue the journal entries left unanswered by an earlier run (for this app's channels).
+    /// Queue the journal entries left unanswered by an earlier run (for this app's channels),
+    /// then announce the subagent runs it left unfinished as interrupted.
     pub async fn recover(&self) -> anyhow::Result<usize> {
         let names: Vec<String> = self.channels.keys().cloned().collect();
-        Ok(self.ingress.recover(&names).await?)
+        let pending = self.ingress.recover(&names).await?;
+        let runs = self.subagents.recover().await?;
+        if runs > 0 {
+            tracing::info!(runs, "announced subagent runs interrupted by the last stop");
+        }
+        Ok(pending)
+    }
+
+    /// Wait until no turn is queued or running and no subagent is live (their announcements
+    /// start parent turns, so this waits for those too).
+    pub async fn wait_quiet(&self) {
+        loop {
+            self.lanes.wait_idle().await;
+            if !self.subagents.any_live() {
+                break;
+            }
+            self.subagents.wait_all().await;
+        }
+        self.lanes.wait_idle().await;
     }
 
     /// Deliver everything due now, on every channel.
@@ -119,6 +145,7 @@ impl App {
     /// Finish running turns within `grace` (abort the rest), flush the outbox, stop workers.
     pub async fn shutdown(&self, grace: Duration) {
         self.lanes.shutdown(grace).await;
+        self.subagents.shutdown().await;
         self.workers_cancel.cancel();
         self.worker_tracker.close();
         if tokio::time::timeout(

@@ -39,10 +39,11 @@ pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
             text: line,
             mentioned: true,
             reply_to: None,
+            internal: false,
         };
         app.ingress.accept(message).await?;
     }
-    app.lanes.wait_idle().await;
+    app.wait_quiet().await;
     app.flush_outbox().await;
     app.shutdown(Duration::from_secs(
         loaded.config.server.shutdown_grace_secs,

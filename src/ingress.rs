@@ -8,6 +8,7 @@ use crate::engine::Command;
 use crate::lanes::Lanes;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{JournalEntry, JournalInsert, NewOutbound, Store, StoreError, TurnCommit};
+use crate::subagents::Registry;
 use crate::turn_watch::TurnWatch;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
@@ -19,6 +20,7 @@ pub struct Ingress {
     outbox: OutboxNotifier,
     turns: TurnWatch,
     access: Access,
+    subagents: Arc<Registry>,
 }
 
 impl Ingress {
@@ -28,6 +30,7 @@ impl Ingress {
         outbox: OutboxNotifier,
         turns: TurnWatch,
         access: Access,
+        subagents: Arc<Registry>,
     ) -> Self {
         Ingress {
             store,
@@ -35,6 +38,7 @@ impl Ingress {
             outbox,
             turns,
             access,
+            subagents,
         }
     }
 
@@ -93,7 +97,12 @@ impl Ingress {
 
     /// Route a newly journalled entry: refuse strangers, run `/stop` at once, queue the rest.
     async fn dispatch(&self, entry: JournalEntry) -> Result<(), StoreError> {
-        match self.access.check(&*self.store, &entry.message).await? {
+        let verdict = if entry.message.internal {
+            Verdict::Allow
+        } else {
+            self.access.check(&*self.store, &entry.message).await?
+        };
+        match verdict {
             Verdict::Allow => {}
             Verdict::Deny => {
                 tracing::info!(channel = %entry.message.route.channel, "message from a user without access dropped");
@@ -108,13 +117,15 @@ impl Ingress {
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             let stopped = self.lanes.stop(&entry.session_key);
-            let text = if stopped {
-                "⏹ Stopped the running turn."
-            } else {
-                "Nothing is running."
+            let killed = self.subagents.kill(&entry.session_key, "all");
+            let text = match (stopped, killed) {
+                (false, 0) => "Nothing is running.".to_string(),
+                (true, 0) => "⏹ Stopped the running turn.".to_string(),
+                (false, n) => format!("⏹ Stopping {n} subagent(s)."),
+                (true, n) => format!("⏹ Stopped the running turn and {n} subagent(s)."),
             };
             return self
-                .answer_now(&entry, Some((OutboundKind::Status, text.into())))
+                .answer_now(&entry, Some((OutboundKind::Status, text)))
                 .await;
         }
         self.lanes.submit(entry);

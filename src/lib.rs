@@ -23,5 +23,6 @@ pub mod providers;
 pub mod serve;
 pub mod server;
 pub mod storage;
+pub mod subagents;
 pub mod tools;
 pub mod turn_watch;

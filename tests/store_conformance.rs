@@ -29,6 +29,7 @@ fn inbound(route: &ChatRoute, id: &str, text: &str) -> InboundMessage {
         text: text.into(),
         mentioned: true,
         reply_to: None,
+        internal: false,
     }
 }
 
@@ -38,6 +39,7 @@ fn out(route: &ChatRoute, text: &str) -> NewOutbound {
         kind: OutboundKind::Reply,
         text: text.into(),
         in_reply_to: None,
+
         edit_of: None,
     }
 }

@@ -229,6 +229,9 @@ fn validate(
     if config.agent.max_context_tokens < 1000 {
         problem("agent.max_context_tokens", "must be at least 1000".into());
     }
+    if config.subagents.max_concurrent == 0 {
+        problem("subagents.max_concurrent", "must be at least 1".into());
+    }
     if config.sandbox.cpus <= 0.0 {
         problem("sandbox.cpus", "must be greater than 0".into());
     }

@@ -177,6 +177,11 @@ pub struct SubagentsConfig {
     pub max_children: u32,
     pub max_concurrent: u32,
     pub run_timeout_secs: u64,
+    /// Runs before every spawn and hears spawned/ended events: an http(s) URL (POSTed JSON)
+    /// or a command (JSON on stdin). Empty: no hook.
+    pub hook: String,
+    /// A hook that does not answer within this refuses the spawn.
+    pub hook_timeout_secs: u64,
 }
 
 impl Default for SubagentsConfig {
@@ -186,6 +191,8 @@ impl Default for SubagentsConfig {
             max_children: 5,
             max_concurrent: 8,
             run_timeout_secs: 600,
+            hook: String::new(),
+            hook_timeout_secs: 5,
         }
     }
 }

@@ -111,16 +111,66 @@ impl Engine {
             // has nothing to stop.
             Command::Stop => (OutboundKind::Status, "Nothing is running.".into()),
             Command::Plan(_) => (OutboundKind::Error, "Usage: /plan <task>".into()),
-            Command::Subagents(_) => (
-                OutboundKind::Status,
-                "That command is not available in this build yet.".into(),
-            ),
+            Command::Subagents(args) => self.subagents_command(&session.key, &args).await,
             Command::Unknown(name) => (
                 OutboundKind::Error,
                 format!("Unknown command /{name}. Send /help for the list."),
             ),
         };
         Ok(TurnOutput::reply(kind, text))
+    }
+
+    /// `/subagents`, `/subagents kill <id|all>`, `/subagents steer <id> <message>`.
+    async fn subagents_command(&self, session_key: &str, args: &str) -> (OutboundKind, String) {
+        let Some(registry) = self.subagents() else {
+            return (OutboundKind::Error, "Subagents are not available.".into());
+        };
+        let mut words = args.splitn(3, char::is_whitespace);
+        match (words.next().unwrap_or(""), words.next(), words.next()) {
+            ("" | "list", _, _) => match registry.list(session_key).await {
+                Ok(runs) if runs.is_empty() => {
+                    (OutboundKind::Status, "No subagents in this session.".into())
+                }
+                Ok(runs) => {
+                    let lines: Vec<String> = runs
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "{} {} — {} ({} s, {})",
+                                r["id"].as_str().unwrap_or_default(),
+                                r["label"].as_str().unwrap_or_default(),
+                                r["status"].as_str().unwrap_or_default(),
+                                r["runtime_secs"],
+                                r["model"].as_str().unwrap_or_default()
+                            )
+                        })
+                        .collect();
+                    (
+                        OutboundKind::Status,
+                        format!("Subagents:\n{}", lines.join("\n")),
+                    )
+                }
+                Err(e) => (
+                    OutboundKind::Error,
+                    format!("Could not list subagents: {e}"),
+                ),
+            },
+            ("kill", Some(target), _) => {
+                let n = registry.kill(session_key, target);
+                (OutboundKind::Status, format!("Killing {n} subagent(s)."))
+            }
+            ("steer", Some(target), Some(message)) => {
+                match registry.steer(session_key, target, message) {
+                    Ok(()) => (OutboundKind::Status, format!("Steered {target}.")),
+                    Err(e) => (OutboundKind::Error, e),
+                }
+            }
+            _ => (
+                OutboundKind::Error,
+                "Usage: /subagents, /subagents kill <id|all>, /subagents steer <id> <message>"
+                    .into(),
+            ),
+        }
     }
 
     fn status_text(&self, session: &SessionRow) -> String {
@@ -160,6 +210,13 @@ impl Engine {
                 let _ = write!(out, "\nPlan: {}", plan.progress());
             }
             None => out.push_str("\nPlan: none"),
+        }
+        if let Some(registry) = self.subagents() {
+            let _ = write!(
+                out,
+                "\nLive subagents: {}",
+                registry.live_children(&session.key)
+            );
         }
         out
     }

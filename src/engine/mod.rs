@@ -21,15 +21,29 @@ use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, Mod
 use crate::storage::{
     JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
 };
+use crate::subagents::{Registry, RunProgress, SpawnScope};
 use crate::tools::{ToolContext, ToolRegistry};
 use crate::turn_watch::TurnWatch;
 use ferroclaw_channel_core::{Channel, ChatRoute, OutboundKind};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 
 /// Channels by instance name, for streaming deltas.
 pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
+
+/// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
+pub struct Persona {
+    pub system: String,
+    /// Tool names offered.
+    pub tools: Vec<String>,
+    pub model: ModelRef,
+    pub depth: u32,
+    /// For subagents: the chat/thread (and message) their own children announce into.
+    pub origin: Option<(ChatRoute, Option<String>)>,
+    /// For subagents: the status message edited with the current tool.
+    pub progress: Option<Arc<RunProgress>>,
+}
 
 pub struct Engine {
     store: Arc<dyn Store>,
@@ -40,6 +54,7 @@ pub struct Engine {
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
     turns: TurnWatch,
+    subagents: OnceLock<Arc<Registry>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,15 +65,24 @@ pub enum TurnError {
 
 /// What a turn produced before it is committed.
 #[derive(Default)]
-struct TurnOutput {
-    entries: Vec<NewTranscriptEntry>,
-    outbound: Vec<(OutboundKind, String)>,
-    tokens_in: i64,
-    tokens_out: i64,
-    model: Option<String>,
+pub(crate) struct TurnOutput {
+    pub(crate) entries: Vec<NewTranscriptEntry>,
+    pub(crate) outbound: Vec<(OutboundKind, String)>,
+    pub(crate) tokens_in: i64,
+    pub(crate) tokens_out: i64,
+    pub(crate) model: Option<String>,
 }
 
 impl TurnOutput {
+    /// The turn's last message and whether it was an error ("(stopped)" when it has none).
+    pub(crate) fn final_text(&self) -> (String, bool) {
+        match self.outbound.last() {
+            Some((OutboundKind::Error, text)) => (text.clone(), true),
+            Some((_, text)) => (text.clone(), false),
+            None => ("(stopped)".into(), false),
+        }
+    }
+
     fn reply(kind: OutboundKind, text: impl Into<String>) -> Self {
         TurnOutput {
             outbound: vec![(kind, text.into())],
@@ -91,7 +115,69 @@ impl Engine {
             tools,
             tool_tokens,
             turns,
+            subagents: OnceLock::new(),
         }
+    }
+
+    pub fn set_subagents(&self, registry: Arc<Registry>) {
+        let _ = self.subagents.set(registry);
+    }
+
+    pub(crate) fn subagents(&self) -> Option<&Arc<Registry>> {
+        self.subagents.get()
+    }
+
+    /// True when `model` names a configured provider.
+    pub fn knows_model(&self, model: &ModelRef) -> bool {
+        self.chain.knows(model)
+    }
+
+    /// The user's agent for a session.
+    fn user_persona(&self, session: &SessionRow) -> Persona {
+        let spawning = self.config.subagents.max_depth > 0;
+        Persona {
+            system: self.config.agent.system_prompt.clone(),
+            tools: self
+                .tools
+                .names()
+                .into_iter()
+                .filter(|n| spawning || (*n != "sessions_spawn" && *n != "subagents"))
+                .map(str::to_string)
+                .collect(),
+            model: self.session_model(session),
+            depth: 0,
+            origin: None,
+            progress: None,
+        }
+    }
+
+    /// One turn of a subagent (no plan, its own persona). The caller commits the output.
+    pub(crate) async fn run_child_turn(
+        &self,
+        entry: &JournalEntry,
+        session: &mut SessionRow,
+        stop: &CancellationToken,
+        text: &str,
+        persona: &Persona,
+    ) -> Result<TurnOutput, TurnError> {
+        let tracker = Arc::new(PlanTracker::load(
+            self.store.clone(),
+            self.outbox.clone(),
+            &session.key,
+            None,
+            entry.message.route.clone(),
+            None,
+        ));
+        self.run_model_turn(
+            entry,
+            session,
+            stop,
+            text,
+            tracker,
+            TurnOutput::default(),
+            persona,
+        )
+        .await
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -128,7 +214,9 @@ impl Engine {
         ));
         let output = match Command::parse(text) {
             Some(Command::Plan(task)) if !task.is_empty() => {
-                let turn = self.run_planned_turn(entry, &mut session, stop, &task, tracker);
+                let persona = self.user_persona(&session);
+                let turn =
+                    self.run_planned_turn(entry, &mut session, stop, &task, tracker, &persona);
                 self.with_typing(route, turn).await?
             }
             Some(command) => self.run_command(command, &mut session).await?,
@@ -141,6 +229,7 @@ impl Engine {
                 ),
             ),
             None => {
+                let persona = self.user_persona(&session);
                 let turn = self.run_model_turn(
                     entry,
                     &mut session,
@@ -148,6 +237,7 @@ impl Engine {
                     text,
                     tracker,
                     TurnOutput::default(),
+                    &persona,
                 );
                 self.with_typing(route, turn).await?
             }
@@ -196,8 +286,31 @@ impl Engine {
         entry: &JournalEntry,
         session: &SessionRow,
         plan: Option<Arc<PlanTracker>>,
+        persona: Option<&Persona>,
     ) -> ToolContext {
+        let spawn = match (persona, self.subagents.get()) {
+            (Some(persona), Some(registry)) => {
+                let (origin, origin_message) = persona.origin.clone().unwrap_or_else(|| {
+                    (
+                        entry.message.route.clone(),
+                        Some(entry.message.platform_message_id.clone()),
+                    )
+                });
+                Some(Arc::new(SpawnScope {
+                    registry: registry.clone(),
+                    parent_session: session.key.clone(),
+                    origin,
+                    origin_message,
+                    depth: persona.depth,
+                    parent_model: persona.model.clone(),
+                    parent_system: persona.system.clone(),
+                    parent_tools: persona.tools.clone(),
+                }))
+            }
+            _ => None,
+        };
         ToolContext {
+            spawn,
             session_key: session.key.clone(),
             route: entry.message.route.clone(),
             in_reply_to: Some(entry.message.platform_message_id.clone()),

@@ -4,7 +4,7 @@
 //! normal tool loop executes the task with the Active Plan in every system prompt.
 
 use super::turn::entry_for;
-use super::{Engine, TurnError, TurnOutput};
+use super::{Engine, Persona, TurnError, TurnOutput};
 use crate::plan::{self, PlanTracker};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::storage::{JournalEntry, SessionRow};
@@ -26,10 +26,11 @@ impl Engine {
         stop: &CancellationToken,
         task: &str,
         tracker: Arc<PlanTracker>,
+        persona: &Persona,
     ) -> Result<TurnOutput, TurnError> {
         let mut output = TurnOutput::default();
         let tools = self.tools.read_only_specs();
-        let cx = self.tool_context(entry, session, None);
+        let cx = self.tool_context(entry, session, None, None);
         let model = self.session_model(session);
         let system = format!("{}\n\n{PLANNING_PROMPT}", self.config.agent.system_prompt);
         let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
@@ -104,7 +105,7 @@ impl Engine {
             output.model.as_deref(),
             (0, 0),
         ));
-        self.run_model_turn(entry, session, stop, task, tracker, output)
+        self.run_model_turn(entry, session, stop, task, tracker, output, persona)
             .await
     }
 }

@@ -1,7 +1,7 @@
 //! The ReAct tool loop of one turn: model → tool calls (run concurrently) → results → model,
 //! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
 
-use super::{Engine, TurnError, TurnOutput, compact};
+use super::{Engine, Persona, TurnError, TurnOutput, compact};
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
 use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow};
@@ -36,14 +36,15 @@ impl Engine {
         user_text: &str,
         tracker: Arc<PlanTracker>,
         mut output: TurnOutput,
+        persona: &Persona,
     ) -> Result<TurnOutput, TurnError> {
         let user = ChatMessage::text(Role::User, user_text.to_string());
         output.entries.push(entry_for(&user, None, (0, 0)));
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
-        let model = self.session_model(session);
-        let tools = self.tools.specs();
-        let cx = self.tool_context(entry, session, Some(tracker.clone()));
+        let model = persona.model.clone();
+        let tools = self.tools.specs_named(&persona.tools);
+        let cx = self.tool_context(entry, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
         let mut calls = 0;
@@ -52,8 +53,8 @@ impl Engine {
             messages.extend(turn_messages.iter().cloned());
             // While a plan is active, every call ends its system prompt with the Active Plan.
             let system = match tracker.section().await {
-                Some(section) => format!("{}\n\n{section}", self.config.agent.system_prompt),
-                None => self.config.agent.system_prompt.clone(),
+                Some(section) => format!("{}\n\n{section}", persona.system),
+                None => persona.system.clone(),
             };
             let request = ChatRequest {
                 system,
@@ -108,6 +109,10 @@ impl Engine {
             }
             let batch = assistant.tool_calls.clone();
             turn_messages.push(assistant);
+            if let Some(progress) = &persona.progress {
+                let names: Vec<&str> = batch.iter().map(|c| c.name.as_str()).collect();
+                progress.tools(&names).await;
+            }
             let results = tokio::select! {
                 _ = stop.cancelled() => {
                     // Keep the transcript well-formed: an assistant call needs its results.

@@ -143,6 +143,24 @@ pub trait Store: Send + Sync {
     async fn pairing_approve(&self, code: &str, now_ms: i64) -> StoreResult<Option<PairingRow>>;
     /// Forget a user on every channel (approved or pending). Returns the rows removed.
     async fn pairing_revoke(&self, user_id: &str) -> StoreResult<u64>;
+    /// Record a new run.
+    async fn run_insert(&self, run: &RunRow) -> StoreResult<()>;
+    async fn run_get(&self, id: &str) -> StoreResult<Option<RunRow>>;
+    /// Runs of a parent session, oldest first.
+    async fn runs_of(&self, parent_session: &str) -> StoreResult<Vec<RunRow>>;
+    /// Runs whose outcome has not been announced (interrupted by a stop), oldest first.
+    async fn runs_unannounced(&self) -> StoreResult<Vec<RunRow>>;
+    /// Set a run's state (e.g. running) and, when given, its start time and status message.
+    async fn run_set_state(
+        &self,
+        id: &str,
+        state: &str,
+        started_at: Option<i64>,
+    ) -> StoreResult<()>;
+    async fn run_set_status_message(&self, id: &str, outbox_id: i64) -> StoreResult<()>;
+    /// End a run and announce it, once: returns None (and writes nothing) when the run was
+    /// already announced; else the outbox ids and the parent's journal entry, if any.
+    async fn run_finish(&self, finish: &RunFinish) -> StoreResult<Option<Option<JournalEntry>>>;
     /// Messages of one conversation with id > `after`, oldest first.
     async fn outbox_conversation(
         &self,

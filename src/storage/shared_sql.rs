@@ -69,6 +69,31 @@ macro_rules! impl_store {
                 })
             }
 
+            fn decode_run(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::RunRow> {
+                use sqlx::Row;
+                let route: String = row.try_get("origin_route")?;
+                let announced: i64 = row.try_get("announced")?;
+                Ok($crate::storage::RunRow {
+                    id: row.try_get("id")?,
+                    parent_session: row.try_get("parent_session")?,
+                    origin_route: serde_json::from_str(&route)
+                        .map_err(|e| $crate::storage::StoreError::Corrupt(format!("run route: {e}")))?,
+                    origin_message: row.try_get("origin_message")?,
+                    depth: row.try_get("depth")?,
+                    label: row.try_get("label")?,
+                    task: row.try_get("task")?,
+                    model: row.try_get("model")?,
+                    mode: row.try_get("mode")?,
+                    state: row.try_get("state")?,
+                    result: row.try_get("result")?,
+                    status_message: row.try_get("status_message")?,
+                    announced: announced != 0,
+                    created_at: row.try_get("created_at")?,
+                    started_at: row.try_get("started_at")?,
+                    ended_at: row.try_get("ended_at")?,
+                })
+            }
+
             fn decode_pairing(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::PairingRow> {
                 use sqlx::Row;
                 Ok($crate::storage::PairingRow {
@@ -514,6 +539,119 @@ macro_rules! impl_store {
                     .execute(&self.write)
                     .await?
                     .rows_affected())
+            }
+
+            async fn run_insert(&self, run: &$crate::storage::RunRow) -> $crate::storage::StoreResult<()> {
+                let route = serde_json::to_string(&run.origin_route)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                sqlx::query(
+                    "INSERT INTO runs (id, parent_session, origin_route, origin_message, depth, label, task, model, mode, \
+                     state, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+                )
+                .bind(&run.id)
+                .bind(&run.parent_session)
+                .bind(route)
+                .bind(&run.origin_message)
+                .bind(run.depth)
+                .bind(&run.label)
+                .bind(&run.task)
+                .bind(&run.model)
+                .bind(&run.mode)
+                .bind(&run.state)
+                .bind(run.created_at)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            }
+
+            async fn run_get(&self, id: &str) -> $crate::storage::StoreResult<Option<$crate::storage::RunRow>> {
+                let row = sqlx::query("SELECT * FROM runs WHERE id = $1").bind(id).fetch_optional(&self.read).await?;
+                row.as_ref().map(Self::decode_run).transpose()
+            }
+
+            async fn runs_of(&self, parent_session: &str) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
+                let rows = sqlx::query("SELECT * FROM runs WHERE parent_session = $1 ORDER BY created_at, id")
+                    .bind(parent_session)
+                    .fetch_all(&self.read)
+                    .await?;
+                rows.iter().map(Self::decode_run).collect()
+            }
+
+            async fn runs_unannounced(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
+                let rows = sqlx::query("SELECT * FROM runs WHERE announced = 0 ORDER BY created_at, id")
+                    .fetch_all(&self.read)
+                    .await?;
+                rows.iter().map(Self::decode_run).collect()
+            }
+
+            async fn run_set_state(&self, id: &str, state: &str, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE runs SET state = $2, started_at = COALESCE($3, started_at) WHERE id = $1 AND announced = 0")
+                    .bind(id)
+                    .bind(state)
+                    .bind(started_at)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn run_set_status_message(&self, id: &str, outbox_id: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE runs SET status_message = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(outbox_id)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn run_finish(
+                &self,
+                finish: &$crate::storage::RunFinish,
+            ) -> $crate::storage::StoreResult<Option<Option<$crate::storage::JournalEntry>>> {
+                let mut tx = self.write.begin().await?;
+                let ended = sqlx::query(
+                    "UPDATE runs SET state = $2, result = $3, ended_at = $4, announced = 1 WHERE id = $1 AND announced = 0",
+                )
+                .bind(&finish.run_id)
+                .bind(&finish.state)
+                .bind(&finish.result)
+                .bind(finish.now_ms)
+                .execute(&mut *tx)
+                .await?;
+                if ended.rows_affected() != 1 {
+                    return Ok(None);
+                }
+                let session_key: String = sqlx::query_scalar("SELECT parent_session FROM runs WHERE id = $1")
+                    .bind(&finish.run_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if let Some(edit) = &finish.status_edit {
+                    Self::insert_outbound(&mut *tx, &session_key, edit, finish.now_ms).await?;
+                }
+                Self::insert_outbound(&mut *tx, &session_key, &finish.announcement, finish.now_ms).await?;
+                let mut journal = None;
+                if let Some((message, parent_key)) = &finish.parent_message {
+                    let payload = serde_json::to_string(message)
+                        .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                    let id: Option<i64> = sqlx::query_scalar(
+                        "INSERT INTO inbound (channel, chat_id, platform_id, session_key, payload, received_at) \
+                         VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (channel, chat_id, platform_id) DO NOTHING RETURNING id",
+                    )
+                    .bind(&message.route.channel)
+                    .bind(&message.route.chat_id)
+                    .bind(&message.platform_message_id)
+                    .bind(parent_key)
+                    .bind(payload)
+                    .bind(finish.now_ms)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    journal = id.map(|id| $crate::storage::JournalEntry {
+                        id,
+                        session_key: parent_key.clone(),
+                        message: message.clone(),
+                    });
+                }
+                tx.commit().await?;
+                Ok(Some(journal))
             }
 
             async fn outbox_conversation(

@@ -132,3 +132,39 @@ pub enum PairingOutcome {
     Pending,
     TooMany,
 }
+
+/// One subagent run (the `runs` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub id: String,
+    pub parent_session: String,
+    pub origin_route: ChatRoute,
+    pub origin_message: Option<String>,
+    pub depth: i64,
+    pub label: String,
+    pub task: String,
+    pub model: String,
+    pub mode: String,
+    /// queued, running, done, failed, timed_out, killed, interrupted.
+    pub state: String,
+    pub result: Option<String>,
+    pub status_message: Option<i64>,
+    pub announced: bool,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+}
+
+/// Everything a run's end writes, in one transaction: the run's outcome, its announcement
+/// (and status edit) in the origin thread, and the internal message for the parent session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFinish {
+    pub run_id: String,
+    pub state: String,
+    pub result: String,
+    pub announcement: NewOutbound,
+    pub status_edit: Option<NewOutbound>,
+    /// Journalled for the parent session so the parent agent reacts (None: nobody to tell).
+    pub parent_message: Option<(InboundMessage, String)>,
+    pub now_ms: i64,
+}

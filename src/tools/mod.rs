@@ -8,11 +8,13 @@
 mod files;
 mod message;
 mod plan_tool;
+mod subagent_tools;
 mod web_fetch;
 
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::PlanTool;
+pub use subagent_tools::{SessionsSpawn, SubagentsTool};
 pub use web_fetch::{WebFetch, is_private};
 
 use crate::outbox::OutboxNotifier;
@@ -36,6 +38,8 @@ pub struct ToolContext {
     pub outbox: OutboxNotifier,
     /// The session's plan tracker (None where plans are not offered).
     pub plan: Option<Arc<crate::plan::PlanTracker>>,
+    /// Where `sessions_spawn` children of this turn belong (None where spawning is off).
+    pub spawn: Option<Arc<crate::subagents::SpawnScope>>,
 }
 
 /// A tool failure, shown to the model as the result.
@@ -89,11 +93,18 @@ impl ToolRegistry {
             Arc::new(WebFetch::new(allow_private)),
             Arc::new(MessageTool),
             Arc::new(PlanTool),
+            Arc::new(SessionsSpawn),
+            Arc::new(SubagentsTool),
         ])
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.specs_where(|_| true)
+    }
+
+    /// Specs of the named tools, in registry order.
+    pub fn specs_named(&self, names: &[String]) -> Vec<ToolSpec> {
+        self.specs_where(|t| names.iter().any(|n| n == t.name()))
     }
 
     /// Specs of the read-only tools (offered to planning calls).

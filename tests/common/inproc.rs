@@ -102,6 +102,7 @@ impl InProc {
                 text: text.into(),
                 mentioned: true,
                 reply_to: None,
+                internal: false,
             })
             .await
             .unwrap();

@@ -25,6 +25,10 @@ pub struct InboundMessage {
     pub mentioned: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// Produced by ferroclaw itself (a subagent's outcome for its parent), not by a person:
+    /// access control does not apply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub internal: bool,
 }
 
 /// What a bot message is, for channels that show kinds differently (webhook `kind`).

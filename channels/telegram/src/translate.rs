@@ -76,6 +76,7 @@ pub fn inbound(message: &Message, me: &Me) -> Option<InboundMessage> {
         text,
         mentioned,
         reply_to: message.reply_to_message().map(|r| r.id.0.to_string()),
+        internal: false,
     })
 }
 

@@ -292,6 +292,7 @@ pub(crate) fn parse_body(name: &str, body: &[u8]) -> Result<InboundMessage, Stri
         text,
         mentioned: true,
         reply_to: None,
+        internal: false,
     })
 }
 

@@ -1,0 +1,440 @@
+//! Subagents (SPEC section 7): `sessions_spawn` children that run their own tool loop in
+//! their own session and whose outcome is announced in the chat and thread the request came
+//! from, exactly once.
+//!
+//! [`Registry`] owns every child task (a `TaskTracker`, a cancellation token per run), the
+//! limits (`max_depth`, `max_children`, `max_concurrent` as a FIFO semaphore so queued runs
+//! start in order, `run_timeout_secs`) and the run rows in the store. `runner.rs` runs one
+//! child; its end is written in ONE transaction: run outcome + announcement + status edit +
+//! the internal message that starts a parent turn (`Store::run_finish`). It knows no channel.
+
+mod hook;
+mod progress;
+mod runner;
+mod texts;
+
+pub use hook::Hook;
+pub use progress::RunProgress;
+
+use crate::config::SubagentsConfig;
+use crate::engine::Engine;
+use crate::lanes::Lanes;
+use crate::outbox::OutboxNotifier;
+use crate::providers::ModelRef;
+use crate::storage::{NewOutbound, RunRow, Store, StoreError};
+use ferroclaw_channel_core::{ChatRoute, OutboundKind};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Where a spawn comes from: the spawning session and the chat/thread to announce into.
+#[derive(Clone)]
+pub struct SpawnScope {
+    pub registry: Arc<Registry>,
+    pub parent_session: String,
+    pub origin: ChatRoute,
+    pub origin_message: Option<String>,
+    /// Depth of the spawning agent (the user's agent is 0).
+    pub depth: u32,
+    pub parent_model: ModelRef,
+    pub parent_system: String,
+    /// Tool names the spawning agent has.
+    pub parent_tools: Vec<String>,
+}
+
+/// The `sessions_spawn` parameters.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnRequest {
+    pub task: String,
+    pub label: Option<String>,
+    pub system_prompt: Option<String>,
+    pub model: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub session_mode: bool,
+    pub timeout_secs: Option<u64>,
+}
+
+/// What a child runs with, fixed at spawn.
+pub(crate) struct RunSpec {
+    pub id: String,
+    pub label: String,
+    pub task: String,
+    pub system: String,
+    pub model: ModelRef,
+    pub tools: Vec<String>,
+    pub session_mode: bool,
+    pub timeout: Duration,
+    pub depth: u32,
+    pub scope: SpawnScope,
+    pub status_message: Option<i64>,
+}
+
+/// A live run as the registry tracks it.
+pub(crate) struct LiveRun {
+    pub id: String,
+    pub parent_session: String,
+    pub label: String,
+    pub state: watch::Sender<String>,
+    pub cancel: CancellationToken,
+    pub steer: mpsc::UnboundedSender<String>,
+}
+
+pub const FINAL_STATES: &[&str] = &["done", "failed", "timed_out", "killed", "interrupted"];
+
+pub struct Registry {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) outbox: OutboxNotifier,
+    pub(crate) config: SubagentsConfig,
+    pub(crate) hook: Hook,
+    engine: OnceLock<Weak<Engine>>,
+    lanes: OnceLock<Lanes>,
+    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    /// Shutdown: runs stop where they are, unannounced.
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Registry {
+    pub fn new(
+        store: Arc<dyn Store>,
+        outbox: OutboxNotifier,
+        config: SubagentsConfig,
+    ) -> Arc<Self> {
+        Arc::new(Registry {
+            hook: Hook::new(&config.hook, Duration::from_secs(config.hook_timeout_secs)),
+            slots: Arc::new(Semaphore::new(config.max_concurrent.max(1) as usize)),
+            store,
+            outbox,
+            config,
+            engine: OnceLock::new(),
+            lanes: OnceLock::new(),
+            live: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    pub fn attach(&self, engine: &Arc<Engine>, lanes: Lanes) {
+        let _ = self.engine.set(Arc::downgrade(engine));
+        let _ = self.lanes.set(lanes);
+    }
+
+    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.get().and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.get()
+    }
+
+    /// Session key of a run.
+    pub fn session_key(run_id: &str) -> String {
+        format!("agent:main:subagent:{run_id}")
+    }
+
+    /// Live (queued or running) children of a session.
+    pub fn live_children(&self, parent_session: &str) -> usize {
+        self.live
+            .lock()
+            .expect("registry lock")
+            .values()
+            .filter(|r| r.parent_session == parent_session)
+            .count()
+    }
+
+    /// Start a child. Returns `{run_id, session_key, status}` or a refusal reason.
+    pub async fn spawn(
+        self: &Arc<Self>,
+        scope: &SpawnScope,
+        request: SpawnRequest,
+    ) -> Result<Value, String> {
+        let max_depth = self.config.max_depth;
+        if scope.depth >= max_depth {
+            return Err(format!(
+                "refused: this agent is at depth {} and subagents.max_depth is {max_depth}",
+                scope.depth
+            ));
+        }
+        let live = self.live_children(&scope.parent_session);
+        if live >= self.config.max_children as usize {
+            return Err(format!(
+                "refused: this session already has {live} live subagents (subagents.max_children = {}); \
+                 wait for one to finish or kill one",
+                self.config.max_children
+            ));
+        }
+        let engine = self.engine().ok_or("the service is shutting down")?;
+        let model = match &request.model {
+            Some(name) => {
+                let model = ModelRef::parse(name)
+                    .ok_or_else(|| format!("field `model`: `{name}` is not <provider>/<model>"))?;
+                if !engine.knows_model(&model) {
+                    return Err(format!(
+                        "field `model`: unknown provider `{}`",
+                        model.provider
+                    ));
+                }
+                model
+            }
+            None => scope.parent_model.clone(),
+        };
+        let mut tools: Vec<String> = match &request.tools {
+            Some(list) => {
+                if let Some(unknown) = list.iter().find(|t| !scope.parent_tools.contains(t)) {
+                    return Err(format!(
+                        "field `tools`: `{unknown}` is not a tool this agent has"
+                    ));
+                }
+                list.clone()
+            }
+            None => scope.parent_tools.clone(),
+        };
+        let depth = scope.depth + 1;
+        tools.retain(|t| {
+            t != "plan" && (depth < max_depth || (t != "sessions_spawn" && t != "subagents"))
+        });
+        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
+        let label = request
+            .label
+            .clone()
+            .filter(|l| !l.trim().is_empty())
+            .unwrap_or_else(|| format!("subagent {}", &id[..4]));
+        let event = json!({"event": "before_spawn", "parent_session": scope.parent_session, "depth": depth,
+            "label": label, "task": request.task, "model": model.to_string(), "tools": tools});
+        self.hook.allow(&event).await?;
+
+        let now = crate::clock::now_ms();
+        let row = RunRow {
+            id: id.clone(),
+            parent_session: scope.parent_session.clone(),
+            origin_route: scope.origin.clone(),
+            origin_message: scope.origin_message.clone(),
+            depth: depth as i64,
+            label: label.clone(),
+            task: request.task.clone(),
+            model: model.to_string(),
+            mode: if request.session_mode {
+                "session"
+            } else {
+                "run"
+            }
+            .into(),
+            state: "queued".into(),
+            result: None,
+            status_message: None,
+            announced: false,
+            created_at: now,
+            started_at: None,
+            ended_at: None,
+        };
+        let stored = |e: StoreError| format!("could not record the run: {e}");
+        self.store.run_insert(&row).await.map_err(stored)?;
+        let status_message = self
+            .post_status(scope, None, texts::status(&label, "queued"))
+            .await
+            .map_err(stored)?;
+        self.store
+            .run_set_status_message(&id, status_message)
+            .await
+            .map_err(stored)?;
+
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let live = Arc::new(LiveRun {
+            id: id.clone(),
+            parent_session: scope.parent_session.clone(),
+            label: label.clone(),
+            state: watch::channel("queued".to_string()).0,
+            cancel: CancellationToken::new(),
+            steer: steer_tx,
+        });
+        self.live
+            .lock()
+            .expect("registry lock")
+            .insert(id.clone(), live.clone());
+        let spec = RunSpec {
+            id: id.clone(),
+            label: label.clone(),
+            task: request.task,
+            system: request
+                .system_prompt
+                .unwrap_or_else(|| scope.parent_system.clone()),
+            model,
+            tools,
+            session_mode: request.session_mode,
+            timeout: Duration::from_secs(
+                request
+                    .timeout_secs
+                    .unwrap_or(self.config.run_timeout_secs)
+                    .max(1),
+            ),
+            depth,
+            scope: scope.clone(),
+            status_message: Some(status_message),
+        };
+        tracing::info!(run_id = %id, label = %label, depth, parent = %scope.parent_session, "subagent spawned");
+        self.tracker.spawn(runner::run(
+            self.clone(),
+            live,
+            spec,
+            steer_rx,
+            self.slots.clone(),
+        ));
+        let hook = self.hook.clone();
+        let spawned = json!({"event": "spawned", "run_id": id, "label": label, "parent_session": scope.parent_session});
+        if hook.configured() {
+            self.tracker
+                .spawn(async move { hook.notify(&spawned).await });
+        }
+        Ok(json!({"run_id": id, "session_key": Self::session_key(&id), "status": "accepted"}))
+    }
+
+    /// Post a status message for a run (a new one, or an edit of `edit_of`).
+    pub(crate) async fn post_status(
+        &self,
+        scope: &SpawnScope,
+        edit_of: Option<i64>,
+        text: String,
+    ) -> Result<i64, StoreError> {
+        let message = NewOutbound {
+            route: scope.origin.clone(),
+            kind: OutboundKind::Status,
+            text,
+            in_reply_to: scope.origin_message.clone(),
+            edit_of,
+        };
+        let id = self
+            .store
+            .outbox_push(&scope.parent_session, &[message], crate::clock::now_ms())
+            .await?[0];
+        self.outbox.kick(&scope.origin.channel);
+        Ok(id)
+    }
+
+    pub(crate) fn forget(&self, run_id: &str) {
+        self.live.lock().expect("registry lock").remove(run_id);
+    }
+
+    fn find(&self, parent_session: &str, target: &str) -> Vec<Arc<LiveRun>> {
+        self.live
+            .lock()
+            .expect("registry lock")
+            .values()
+            .filter(|r| {
+                r.parent_session == parent_session
+                    && (target == "all" || r.id == target || r.label == target)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Kill a session's child (`target` = run id or label) or all of them. Returns how many.
+    pub fn kill(&self, parent_session: &str, target: &str) -> usize {
+        let runs = self.find(parent_session, target);
+        for run in &runs {
+            run.cancel.cancel();
+        }
+        runs.len()
+    }
+
+    /// Interrupt a child's current step and continue with `message`.
+    pub fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), String> {
+        let runs = self.find(parent_session, target);
+        let run = runs
+            .first()
+            .ok_or_else(|| format!("no live subagent `{target}` in this session"))?;
+        run.steer
+            .send(message.to_string())
+            .map_err(|_| "that subagent has already ended".to_string())
+    }
+
+    /// Block until a child ends (or `timeout`): its final state and result.
+    pub async fn wait(
+        &self,
+        parent_session: &str,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        if let Some(run) = self.find(parent_session, target).first() {
+            let mut rx = run.state.subscribe();
+            let ended = matches!(
+                tokio::time::timeout(timeout, rx.wait_for(|s| FINAL_STATES.contains(&s.as_str())))
+                    .await,
+                Ok(Ok(_))
+            );
+            if !ended {
+                let status = rx.borrow().clone();
+                return Ok(
+                    json!({"run_id": run.id, "status": status, "note": "still running after the wait"}),
+                );
+            }
+        }
+        let rows = self
+            .store
+            .runs_of(parent_session)
+            .await
+            .map_err(|e| e.to_string())?;
+        let row = rows
+            .iter()
+            .find(|r| r.id == target || r.label == target)
+            .ok_or_else(|| format!("no subagent `{target}` in this session"))?;
+        Ok(json!({"run_id": row.id, "label": row.label, "status": row.state, "result": row.result}))
+    }
+
+    /// This session's children: id, label, status, runtime, model.
+    pub async fn list(&self, parent_session: &str) -> Result<Vec<Value>, String> {
+        let rows = self
+            .store
+            .runs_of(parent_session)
+            .await
+            .map_err(|e| e.to_string())?;
+        let now = crate::clock::now_ms();
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let runtime = r.started_at.map(|s| (r.ended_at.unwrap_or(now) - s) / 1000).unwrap_or(0);
+                json!({"id": r.id, "label": r.label, "status": r.state, "runtime_secs": runtime, "model": r.model})
+            })
+            .collect())
+    }
+
+    /// Announce runs a previous process left unfinished, as interrupted (once each).
+    pub async fn recover(&self) -> Result<usize, StoreError> {
+        let rows = self.store.runs_unannounced().await?;
+        let n = rows.len();
+        for row in rows {
+            runner::finish_row(
+                self,
+                &row,
+                "interrupted",
+                "The service restarted while this subagent ran; it did not finish.".into(),
+            )
+            .await?;
+        }
+        Ok(n)
+    }
+
+    /// Stop every run without announcing it (a restart reports them as interrupted) and
+    /// wait for their tasks (shutdown).
+    pub async fn shutdown(&self) {
+        self.tracker.close();
+        self.cancel.cancel();
+        self.tracker.wait().await;
+    }
+
+    /// Whether `runs` contains live ones (used by `chat` to wait at end of input).
+    pub fn any_live(&self) -> bool {
+        !self.live.lock().expect("registry lock").is_empty()
+    }
+
+    /// Resolve when no run is live.
+    pub async fn wait_all(&self) {
+        while self.any_live() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Running one child: wait for a slot (FIFO), run its tool loop in its own session with its
+//! own prompt, model and tools, take `steer` instructions, respect the timeout and `kill`,
+//! then finish: announce once and tell the parent.
+
+use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
+use crate::engine::Persona;
+use crate::storage::{JournalEntry, NewOutbound, RunFinish, RunRow, StoreError, TurnCommit};
+use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+enum Outcome {
+    Ended {
+        state: &'static str,
+        result: String,
+    },
+    /// The service is stopping: leave the run unannounced (reported after restart).
+    Shutdown,
+}
+
+pub(crate) async fn run(
+    registry: Arc<Registry>,
+    live: Arc<LiveRun>,
+    spec: RunSpec,
+    steer: mpsc::UnboundedReceiver<String>,
+    slots: Arc<Semaphore>,
+) {
+    let shutdown = registry.cancel.clone();
+    let work = async {
+        let _slot = slots
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let now = crate::clock::now_ms();
+        if let Err(e) = registry
+            .store
+            .run_set_state(&spec.id, "running", Some(now))
+            .await
+        {
+            tracing::warn!(run_id = %spec.id, error = %e, "could not mark the run running");
+        }
+        live.state.send_replace("running".into());
+        if let Err(e) = registry
+            .post_status(
+                &spec.scope,
+                spec.status_message,
+                texts::status(&spec.label, "running"),
+            )
+            .await
+        {
+            tracing::warn!(run_id = %spec.id, error = %e, "could not update the status message");
+        }
+        match tokio::time::timeout(spec.timeout, execute(&registry, &spec, steer)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Ended {
+                state: "timed_out",
+                result: format!(
+                    "Timed out after {} s without finishing.",
+                    spec.timeout.as_secs()
+                ),
+            },
+        }
+    };
+    let outcome = tokio::select! {
+        _ = shutdown.cancelled() => Outcome::Shutdown,
+        _ = live.cancel.cancelled() => Outcome::Ended { state: "killed", result: "Killed before it finished.".into() },
+        outcome = work => outcome,
+    };
+    match outcome {
+        Outcome::Shutdown => {
+            tracing::info!(run_id = %spec.id, "subagent stopped by shutdown; it is reported after restart")
+        }
+        Outcome::Ended { state, result } => {
+            live.state.send_replace(state.to_string());
+            let row = RunRow {
+                id: spec.id.clone(),
+                parent_session: spec.scope.parent_session.clone(),
+                origin_route: spec.scope.origin.clone(),
+                origin_message: spec.scope.origin_message.clone(),
+                depth: spec.depth as i64,
+                label: spec.label.clone(),
+                task: spec.task.clone(),
+                model: spec.model.to_string(),
+                mode: String::new(),
+                state: state.into(),
+                result: None,
+                status_message: spec.status_message,
+                announced: false,
+                created_at: 0,
+                started_at: None,
+                ended_at: None,
+            };
+            let mut attempts = 0;
+            while let Err(e) = finish_row(&registry, &row, state, result.clone()).await {
+                attempts += 1;
+                tracing::warn!(run_id = %spec.id, error = %e, attempts, "could not record the run's end");
+                if attempts >= 5 {
+                    break; // still unannounced: reported after restart
+                }
+                tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
+            }
+            let event =
+                json!({"event": "ended", "run_id": spec.id, "label": spec.label, "state": state});
+            tracing::info!(run_id = %spec.id, label = %spec.label, state, "subagent ended");
+            registry.hook.notify(&event).await;
+        }
+    }
+    registry.forget(&spec.id);
+}
+
+/// The child's conversation: the task, then steer instructions, until done.
+async fn execute(
+    registry: &Registry,
+    spec: &RunSpec,
+    mut steer: mpsc::UnboundedReceiver<String>,
+) -> Outcome {
+    let Some(engine) = registry.engine() else {
+        return Outcome::Shutdown;
+    };
+    let key = Registry::session_key(&spec.id);
+    let route = ChatRoute {
+        channel: "subagent".into(),
+        kind: ChatKind::Conversation,
+        chat_id: spec.id.clone(),
+        thread_id: None,
+    };
+    let mut session = match registry
+        .store
+        .session_get_or_create(&key, &route, crate::clock::now_ms())
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::Ended {
+                state: "failed",
+                result: format!("could not open its session: {e}"),
+            };
+        }
+    };
+    let progress = Arc::new(RunProgress::new(
+        registry.store.clone(),
+        registry.outbox.clone(),
+        spec.scope.clone(),
+        spec.label.clone(),
+        spec.status_message,
+    ));
+    let persona = Persona {
+        system: spec.system.clone(),
+        tools: spec.tools.clone(),
+        model: spec.model.clone(),
+        depth: spec.depth,
+        origin: Some((spec.scope.origin.clone(), spec.scope.origin_message.clone())),
+        progress: Some(progress),
+    };
+    let mut text = spec.task.clone();
+    let mut step = 0u32;
+    loop {
+        step += 1;
+        let entry = JournalEntry {
+            id: 0,
+            session_key: key.clone(),
+            message: InboundMessage {
+                route: route.clone(),
+                sender: Sender {
+                    id: "parent".into(),
+                    name: "parent agent".into(),
+                },
+                platform_message_id: format!("{}:{step}", spec.id),
+                text: text.clone(),
+                mentioned: true,
+                reply_to: None,
+                internal: true,
+            },
+        };
+        let stop = CancellationToken::new();
+        let (output, steered) = {
+            let turn = engine.run_child_turn(&entry, &mut session, &stop, &text, &persona);
+            tokio::pin!(turn);
+            tokio::select! {
+                output = &mut turn => (output, None),
+                Some(message) = steer.recv() => {
+                    stop.cancel();
+                    (turn.await, Some(message))
+                }
+            }
+        };
+        let output = match output {
+            Ok(output) => output,
+            Err(e) => {
+                return Outcome::Ended {
+                    state: "failed",
+                    result: format!("storage failed: {e}"),
+                };
+            }
+        };
+        let (reply, failed) = output.final_text();
+        let epoch = session.epoch;
+        if let Err(e) = registry
+            .store
+            .commit_turn(&TurnCommit {
+                journal_id: None,
+                session_key: key.clone(),
+                epoch,
+                entries: output.entries,
+                outbound: Vec::new(),
+                tokens_in: output.tokens_in,
+                tokens_out: output.tokens_out,
+                last_model: output.model,
+                now_ms: crate::clock::now_ms(),
+            })
+            .await
+        {
+            tracing::warn!(run_id = %spec.id, error = %e, "could not save the child's transcript");
+        }
+        if let Some(message) = steered {
+            text = format!(
+                "[New instruction from the parent agent; it replaces what you were doing] {message}"
+            );
+            continue;
+        }
+        if !spec.session_mode {
+            return Outcome::Ended {
+                state: if failed { "failed" } else { "done" },
+                result: reply,
+            };
+        }
+        // `session` mode: report and stay alive for the next instruction.
+        let _ = registry
+            .post_status(
+                &spec.scope,
+                spec.status_message,
+                texts::status(
+                    &spec.label,
+                    &format!("waiting for instructions; last result: {}", short(&reply)),
+                ),
+            )
+            .await;
+        match steer.recv().await {
+            Some(message) => text = message,
+            None => {
+                return Outcome::Ended {
+                    state: "done",
+                    result: reply,
+                };
+            }
+        }
+    }
+}
+
+fn short(text: &str) -> String {
+    let s: String = text.chars().take(120).collect();
+    if s.len() < text.len() {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
+/// Record a run's end with its announcement, status edit and parent message (once), and
+/// queue the parent's turn.
+pub(crate) async fn finish_row(
+    registry: &Registry,
+    row: &RunRow,
+    state: &str,
+    result: String,
+) -> Result<(), StoreError> {
+    let route = &row.origin_route;
+    let announcement = NewOutbound {
+        route: route.clone(),
+        kind: OutboundKind::Announce,
+        text: texts::announcement(&row.label, state, &result),
+        in_reply_to: row.origin_message.clone(),
+        edit_of: None,
+    };
+    let status_edit = row.status_message.map(|id| NewOutbound {
+        route: route.clone(),
+        kind: OutboundKind::Status,
+        text: texts::status(&row.label, texts::state_word(state)),
+        in_reply_to: row.origin_message.clone(),
+        edit_of: Some(id),
+    });
+    // Only a user-facing session (not another subagent) gets a turn for the outcome.
+    let parent_message = (row.depth <= 1).then(|| {
+        (
+            InboundMessage {
+                route: route.clone(),
+                sender: Sender {
+                    id: format!("subagent:{}", row.id),
+                    name: row.label.clone(),
+                },
+                platform_message_id: format!("subagent:{}", row.id),
+                text: texts::for_parent(&row.label, &row.id, state, &result),
+                mentioned: true,
+                reply_to: None,
+                internal: true,
+            },
+            row.parent_session.clone(),
+        )
+    });
+    let finish = RunFinish {
+        run_id: row.id.clone(),
+        state: state.into(),
+        result,
+        announcement,
+        status_edit,
+        parent_message,
+        now_ms: crate::clock::now_ms(),
+    };
+    if let Some(journal) = registry.store.run_finish(&finish).await? {
+        registry.outbox.kick(&route.channel);
+        if let (Some(entry), Some(lanes)) = (journal, registry.lanes()) {
+            lanes.submit(entry);
+        }
+    }
+    Ok(())
+}
