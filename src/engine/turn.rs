@@ -28,6 +28,7 @@ pub(super) fn entry_for(
 
 impl Engine {
     /// The tool loop for `user_text`. `output` may already hold work of this turn (planning).
+    #[allow(clippy::too_many_arguments)] // the turn's inputs, each used; a struct would only rename them
     pub(super) async fn run_model_turn(
         &self,
         entry: &JournalEntry,
