@@ -473,6 +473,93 @@ async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
     assert!(store.pairing_get("telegram", "4").await.unwrap().is_none());
 }
 
+async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
+    use ferroclaw::storage::{RunFinish, RunRow};
+    let origin = route("webhook:r", "conv", Some("t"));
+    let run = RunRow {
+        id: "run1".into(),
+        parent_session: origin.session_key(),
+        origin_route: origin.clone(),
+        origin_message: Some("m1".into()),
+        depth: 1,
+        label: "alpha".into(),
+        task: "do it".into(),
+        model: "p/m".into(),
+        mode: "run".into(),
+        state: "queued".into(),
+        result: None,
+        status_message: None,
+        announced: false,
+        created_at: 5,
+        started_at: None,
+        ended_at: None,
+    };
+    store.run_insert(&run).await.unwrap();
+    store
+        .run_set_state("run1", "running", Some(6))
+        .await
+        .unwrap();
+    store.run_set_status_message("run1", 77).await.unwrap();
+    assert_eq!(store.runs_unannounced().await.unwrap().len(), 1);
+    let got = store.run_get("run1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            got.state.as_str(),
+            got.started_at,
+            got.status_message,
+            got.origin_route.clone()
+        ),
+        ("running", Some(6), Some(77), origin.clone())
+    );
+    let parent_message = inbound(&origin, "subagent:run1", "[Subagent alpha ended]");
+    let finish = RunFinish {
+        run_id: "run1".into(),
+        state: "done".into(),
+        result: "42".into(),
+        announcement: NewOutbound {
+            kind: OutboundKind::Announce,
+            ..out(&origin, "alpha done: 42")
+        },
+        status_edit: None,
+        parent_message: Some((parent_message.clone(), origin.session_key())),
+        now_ms: 9,
+    };
+    let journal = store
+        .run_finish(&finish)
+        .await
+        .unwrap()
+        .expect("first finish announces")
+        .expect("and tells the parent");
+    assert_eq!(journal.message, parent_message);
+    assert!(
+        store.run_finish(&finish).await.unwrap().is_none(),
+        "a second finish writes nothing"
+    );
+    let announced: Vec<_> = store
+        .outbox_conversation("webhook:r", "conv", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        announced
+            .iter()
+            .filter(|m| m.message.kind == OutboundKind::Announce)
+            .count(),
+        1
+    );
+    assert!(store.runs_unannounced().await.unwrap().is_empty());
+    let done = store.run_get("run1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            done.state.as_str(),
+            done.result.as_deref(),
+            done.ended_at,
+            done.announced
+        ),
+        ("done", Some("42"), Some(9), true)
+    );
+    assert_eq!(store.runs_of(&origin.session_key()).await.unwrap().len(), 1);
+}
+
 async fn suite(store: Arc<dyn Store>) {
     store.migrate().await.unwrap();
     store.migrate().await.expect("migrating twice is a no-op");
@@ -482,6 +569,7 @@ async fn suite(store: Arc<dyn Store>) {
     transcripts_are_windowed_and_archived_by_epoch(&*store).await;
     outbox_delivery_states_and_conversation_reads(&*store).await;
     pairing_codes_expire_are_limited_and_approve_once(&*store).await;
+    runs_finish_and_announce_exactly_once(&*store).await;
 }
 
 #[tokio::test]

@@ -159,7 +159,7 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<()>;
     async fn run_set_status_message(&self, id: &str, outbox_id: i64) -> StoreResult<()>;
     /// End a run and announce it, once: returns None (and writes nothing) when the run was
-    /// already announced; else the outbox ids and the parent's journal entry, if any.
+    /// already announced; else `Some` of the parent's new journal entry, if any.
     async fn run_finish(&self, finish: &RunFinish) -> StoreResult<Option<Option<JournalEntry>>>;
     /// Messages of one conversation with id > `after`, oldest first.
     async fn outbox_conversation(

@@ -160,14 +160,6 @@ impl Registry {
                 scope.depth
             ));
         }
-        let live = self.live_children(&scope.parent_session);
-        if live >= self.config.max_children as usize {
-            return Err(format!(
-                "refused: this session already has {live} live subagents (subagents.max_children = {}); \
-                 wait for one to finish or kill one",
-                self.config.max_children
-            ));
-        }
         let engine = self.engine().ok_or("the service is shutting down")?;
         let model = match &request.model {
             Some(name) => {
@@ -204,6 +196,33 @@ impl Registry {
             .clone()
             .filter(|l| !l.trim().is_empty())
             .unwrap_or_else(|| format!("subagent {}", &id[..4]));
+        // Reserve the child's place before anything awaits: calls that arrive together must
+        // not all pass the `max_children` check.
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let live = Arc::new(LiveRun {
+            id: id.clone(),
+            parent_session: scope.parent_session.clone(),
+            label: label.clone(),
+            state: watch::channel("queued".to_string()).0,
+            cancel: CancellationToken::new(),
+            steer: steer_tx,
+        });
+        {
+            let mut runs = self.live.lock().expect("registry lock");
+            let siblings = runs
+                .values()
+                .filter(|r| r.parent_session == scope.parent_session)
+                .count();
+            if siblings >= self.config.max_children as usize {
+                return Err(format!(
+                    "refused: this session already has {siblings} live subagents (subagents.max_children = {}); \
+                     wait for one to finish or kill one",
+                    self.config.max_children
+                ));
+            }
+            runs.insert(id.clone(), live.clone());
+        }
+        let reserved = reserve(self, &id);
         let event = json!({"event": "before_spawn", "parent_session": scope.parent_session, "depth": depth,
             "label": label, "task": request.task, "model": model.to_string(), "tools": tools});
         self.hook.allow(&event).await?;
@@ -243,19 +262,7 @@ impl Registry {
             .await
             .map_err(stored)?;
 
-        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        let live = Arc::new(LiveRun {
-            id: id.clone(),
-            parent_session: scope.parent_session.clone(),
-            label: label.clone(),
-            state: watch::channel("queued".to_string()).0,
-            cancel: CancellationToken::new(),
-            steer: steer_tx,
-        });
-        self.live
-            .lock()
-            .expect("registry lock")
-            .insert(id.clone(), live.clone());
+        reserved.keep();
         let spec = RunSpec {
             id: id.clone(),
             label: label.clone(),
@@ -318,7 +325,38 @@ impl Registry {
     pub(crate) fn forget(&self, run_id: &str) {
         self.live.lock().expect("registry lock").remove(run_id);
     }
+}
 
+/// Removes a reserved run from the registry unless `keep` is called (a refused spawn).
+struct Reservation<'a> {
+    registry: &'a Registry,
+    id: String,
+    keep: bool,
+}
+
+fn reserve<'a>(registry: &'a Registry, id: &str) -> Reservation<'a> {
+    Reservation {
+        registry,
+        id: id.to_string(),
+        keep: false,
+    }
+}
+
+impl Reservation<'_> {
+    fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.registry.forget(&self.id);
+        }
+    }
+}
+
+impl Registry {
     fn find(&self, parent_session: &str, target: &str) -> Vec<Arc<LiveRun>> {
         self.live
             .lock()

@@ -1,0 +1,495 @@
+//! Subagents with a scripted LLM: announcements in the origin thread in finishing order,
+//! exactly once (also across kill -9), the parent reacting, limits, kill, steer, timeout and
+//! the spawn hook.
+
+mod common;
+
+use common::hook::Hook;
+use common::inproc::{InProc, config};
+use common::llm::{Behaviour, LlmStandIn, Recorded, last_user};
+use common::service::{Service, Workdir, config_with_llm};
+use common::telegram::{TOKEN, TelegramStandIn, group};
+use common::wait_for;
+use ferroclaw_channel_core::{OutboundKind, OutboundMessage};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn spawn(task: &str, label: &str) -> (&'static str, Value) {
+    ("sessions_spawn", json!({"task": task, "label": label}))
+}
+
+/// Children answer `slow N` after N ms, hang on `hang`, and answer steer instructions.
+fn child(task: &str) -> Behaviour {
+    if task.starts_with("[New instruction") {
+        return Behaviour::reply(format!(
+            "steered: {}",
+            task.rsplit("] ").next().unwrap_or_default()
+        ));
+    }
+    if let Some(ms) = task.strip_prefix("slow ") {
+        return Behaviour::slow(
+            format!("result of {task}"),
+            Duration::from_millis(ms.parse().unwrap()),
+        );
+    }
+    Behaviour::Hang
+}
+
+fn is_child(body: &Value) -> bool {
+    let user = last_user(body);
+    user.starts_with("slow ") || user == "hang" || user.starts_with("[New instruction")
+}
+
+/// A parent that spawns `children` for "go", then summarises each report.
+fn parent(body: &Value, children: &[(&'static str, Value)]) -> Behaviour {
+    let user = last_user(body);
+    if user.starts_with("[Subagent") {
+        let label = user.split('"').nth(1).unwrap_or_default().to_string();
+        return Behaviour::reply(format!("summary of {label}"));
+    }
+    if tool_results(body).is_empty() {
+        Behaviour::tools(children)
+    } else {
+        Behaviour::reply("spawned")
+    }
+}
+
+fn announcements(messages: &[OutboundMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.kind == OutboundKind::Announce)
+        .map(|m| m.text.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_children_are_announced_in_the_webhook_thread_in_finishing_order_once_each() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(
+                body,
+                &[
+                    spawn("slow 900", "alpha"),
+                    spawn("slow 100", "beta"),
+                    spawn("slow 500", "gamma"),
+                ],
+            )
+        }
+    })
+    .await;
+    let work = Workdir::new(&config_with_llm(
+        &llm.url,
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+    ));
+    let service = Service::start(&work, &[("FC_HOOK", "sub-secret")]).await;
+    let hook = Hook::new(&service, "sub-secret");
+    let (status, body) = hook.send("s", Some("t1"), "m1", "go", "?wait=30").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["replies"].as_array().unwrap().last().unwrap()["text"],
+        "spawned",
+        "the spawn returns at once"
+    );
+
+    let messages = wait_for(
+        "three announcements and three summaries",
+        Duration::from_secs(30),
+        || async {
+            let m = hook.list("s", 0).await;
+            let summaries = m
+                .iter()
+                .filter(|x| x["text"].as_str().unwrap().starts_with("summary of"))
+                .count();
+            (summaries == 3).then_some(m)
+        },
+    )
+    .await;
+    let announced: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["kind"] == "announce")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        announced.len(),
+        3,
+        "each child announced once: {announced:?}"
+    );
+    assert!(announced[0].starts_with("🤖 beta — done\nresult of slow 100"));
+    assert!(announced[1].starts_with("🤖 gamma — done"));
+    assert!(announced[2].starts_with("🤖 alpha — done"));
+    for m in messages
+        .iter()
+        .filter(|m| m["kind"] == "announce" || m["kind"] == "status")
+    {
+        assert_eq!(
+            m["thread_id"], "t1",
+            "announcements go to the origin thread"
+        );
+    }
+    let statuses: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["kind"] == "status" && m["edit_of"].is_null())
+        .collect();
+    assert_eq!(statuses.len(), 3, "one status message per child");
+    assert!(messages.iter().any(|m| m["kind"] == "status"
+        && !m["edit_of"].is_null()
+        && m["text"].as_str().unwrap().ends_with(": done")));
+
+    // The parent's next calls carry the results; its summaries reach the chat in order.
+    let reports: Vec<Recorded> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| last_user(&r.body).starts_with("[Subagent"))
+        .collect();
+    assert_eq!(reports.len(), 3);
+    assert!(last_user(&reports[0].body).contains("result of slow 100"));
+    let summaries: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .filter(|t| t.starts_with("summary of"))
+        .collect();
+    assert_eq!(
+        summaries,
+        ["summary of beta", "summary of gamma", "summary of alpha"]
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        hook.list("s", 0)
+            .await
+            .iter()
+            .filter(|m| m["kind"] == "announce")
+            .count(),
+        3,
+        "and never again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn announcements_land_in_the_telegram_topic_the_request_came_from() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(body, &[spawn("slow 300", "one"), spawn("slow 50", "two")])
+        }
+    })
+    .await;
+    let tg = TelegramStandIn::start().await;
+    let cfg = config_with_llm(
+        &llm.url,
+        &format!(
+            "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG\"\napi_url = \"{}\"\naccess = \"open\"\nstream_edit_interval_ms = 50\n",
+            tg.url
+        ),
+    );
+    let work = Workdir::new(&cfg);
+    let _service = Service::start(&work, &[("FC_TG", TOKEN)]).await;
+    tg.push_message(group(-500, 7, 1, "go", true, Some(42)));
+    let texts = wait_for("two announcements", Duration::from_secs(30), || async {
+        let t = tg.texts(-500);
+        (t.iter().filter(|x| x.starts_with("summary of")).count() == 2).then_some(t)
+    })
+    .await;
+    let announced: Vec<&String> = texts
+        .iter()
+        .filter(|t| t.starts_with("🤖") && t.contains(" — "))
+        .collect();
+    assert_eq!(announced.len(), 2, "{texts:?}");
+    assert!(
+        announced[0].starts_with("🤖 two — done") && announced[1].starts_with("🤖 one — done"),
+        "{announced:?}"
+    );
+    let sends = tg.calls("sendMessage");
+    assert!(
+        sends.iter().all(|c| c.params["message_thread_id"] == 42),
+        "every message in topic 42"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn depth_children_and_concurrency_limits_hold() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(
+                body,
+                &[
+                    spawn("slow 300", "first"),
+                    spawn("slow 10", "second"),
+                    spawn("slow 10", "third"),
+                ],
+            )
+        }
+    })
+    .await;
+    let cfg = config(
+        &llm.url,
+        "",
+        "[subagents]\nmax_depth = 1\nmax_children = 2\nmax_concurrent = 1",
+    );
+    let app = InProc::start(&cfg).await;
+    app.say("c", "go").await;
+    wait_for("two announcements", Duration::from_secs(20), || async {
+        (announcements(&app.delivered()).len() == 2).then_some(())
+    })
+    .await;
+
+    let requests = llm.requests();
+    let spawn_results = tool_results(
+        &requests
+            .iter()
+            .find(|r| last_user(&r.body) == "go" && !tool_results(&r.body).is_empty())
+            .unwrap()
+            .body,
+    );
+    assert!(spawn_results[0].contains("\"status\":\"accepted\""));
+    assert!(spawn_results[1].contains("\"status\":\"accepted\""));
+    assert!(
+        spawn_results[2].contains("max_children"),
+        "the third is refused: {}",
+        spawn_results[2]
+    );
+
+    let first = requests
+        .iter()
+        .find(|r| last_user(&r.body) == "slow 300")
+        .unwrap();
+    let second = requests
+        .iter()
+        .find(|r| last_user(&r.body) == "slow 10")
+        .unwrap();
+    assert!(
+        second.started >= first.finished.unwrap(),
+        "max_concurrent = 1: the queued child starts after the first ends"
+    );
+    let child_tools: Vec<&str> = first.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !child_tools.contains(&"sessions_spawn") && !child_tools.contains(&"plan"),
+        "a child at max_depth cannot spawn: {child_tools:?}"
+    );
+    assert!(child_tools.contains(&"read_file"));
+    let announced = announcements(&app.delivered());
+    assert!(
+        announced[0].starts_with("🤖 first — done") && announced[1].starts_with("🤖 second — done"),
+        "{announced:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_steer_and_stop_work_on_running_children() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(
+                body,
+                &[spawn("hang", "a"), spawn("hang", "b"), spawn("hang", "c")],
+            )
+        }
+    })
+    .await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    app.say("c", "go").await;
+    wait_for(
+        "three children running",
+        Duration::from_secs(10),
+        || async {
+            (llm.requests()
+                .iter()
+                .filter(|r| last_user(&r.body) == "hang")
+                .count()
+                == 3)
+                .then_some(())
+        },
+    )
+    .await;
+    app.say("c", "/subagents kill a").await;
+    wait_for("a killed", Duration::from_secs(10), || async {
+        announcements(&app.delivered())
+            .iter()
+            .any(|t| t.starts_with("🤖 a — killed"))
+            .then_some(())
+    })
+    .await;
+    app.say("c", "/subagents steer b summarise the news instead")
+        .await;
+    wait_for("b steered", Duration::from_secs(10), || async {
+        announcements(&app.delivered())
+            .iter()
+            .any(|t| t == "🤖 b — done\nsteered: summarise the news instead")
+            .then_some(())
+    })
+    .await;
+    app.say("c", "/subagents").await;
+    wait_for("the listing", Duration::from_secs(10), || async {
+        app.delivered()
+            .iter()
+            .any(|m| m.text.starts_with("Subagents:"))
+            .then_some(())
+    })
+    .await;
+    app.say("c", "/stop").await;
+    let delivered = wait_for("c killed by /stop", Duration::from_secs(10), || async {
+        let d = app.delivered();
+        announcements(&d)
+            .iter()
+            .any(|t| t.starts_with("🤖 c — killed"))
+            .then_some(d)
+    })
+    .await;
+    assert!(
+        delivered
+            .iter()
+            .any(|m| m.kind == OutboundKind::Status && m.text.contains("1 subagent(s)")),
+        "/stop reports the kill"
+    );
+    let listing = delivered
+        .iter()
+        .find(|m| m.text.starts_with("Subagents:"))
+        .expect("the /subagents list");
+    assert!(
+        listing.text.contains(" a — killed")
+            && listing.text.contains(" b — done")
+            && listing.text.contains(" c — running"),
+        "{}",
+        listing.text
+    );
+    assert_eq!(announcements(&delivered).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_that_runs_too_long_is_announced_as_timed_out() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(
+                body,
+                &[(
+                    "sessions_spawn",
+                    json!({"task": "hang", "label": "slowpoke", "timeout_secs": 1}),
+                )],
+            )
+        }
+    })
+    .await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    app.say("c", "go").await;
+    let announced = wait_for("the timeout", Duration::from_secs(10), || async {
+        let a = announcements(&app.delivered());
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    assert_eq!(
+        announced,
+        ["🤖 slowpoke — timed out\nTimed out after 1 s without finishing."]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusing_hook_blocks_the_spawn_with_a_clear_tool_error() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(body, &[spawn("slow 1", "nope")])
+        }
+    })
+    .await;
+    let app = InProc::start(&config(
+        &llm.url,
+        "",
+        "[subagents]\nhook = \"cat > /dev/null; echo 'no spawning today' >&2; exit 1\"",
+    ))
+    .await;
+    app.say("c", "go").await;
+    app.wait_delivered(1).await;
+    let requests = llm.requests();
+    let result = &tool_results(&requests[1].body)[0];
+    assert!(
+        result.starts_with("Error:") && result.contains("no spawning today"),
+        "{result}"
+    );
+    assert!(!requests.iter().any(|r| is_child(&r.body)), "no child ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_a_restart_announces_every_running_child_exactly_once() {
+    let llm = LlmStandIn::start(|body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(body, &[spawn("hang", "x"), spawn("hang", "y")])
+        }
+    })
+    .await;
+    let work = Workdir::new(&config_with_llm(
+        &llm.url,
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+    ));
+    let env = [("FC_HOOK", "k9-secret")];
+    let service = Service::start(&work, &env).await;
+    Hook::new(&service, "k9-secret")
+        .send("k", None, "m1", "go", "?wait=30")
+        .await;
+    wait_for("both children running", Duration::from_secs(10), || async {
+        (llm.requests()
+            .iter()
+            .filter(|r| last_user(&r.body) == "hang")
+            .count()
+            == 2)
+            .then_some(())
+    })
+    .await;
+    service.kill();
+
+    let service = Service::start(&work, &env).await;
+    let hook = Hook::new(&service, "k9-secret");
+    let messages = wait_for(
+        "both interruptions announced and summarised",
+        Duration::from_secs(20),
+        || async {
+            let m = hook.list("k", 0).await;
+            (m.iter()
+                .filter(|x| x["text"].as_str().unwrap().starts_with("summary of"))
+                .count()
+                == 2)
+                .then_some(m)
+        },
+    )
+    .await;
+    let announced: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["kind"] == "announce")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(announced.len(), 2, "{announced:?}");
+    assert!(announced.iter().all(|a| a.contains("— interrupted")));
+    drop(service);
+    let service = Service::start(&work, &env).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = Hook::new(&service, "k9-secret").list("k", 0).await;
+    assert_eq!(
+        again.iter().filter(|m| m["kind"] == "announce").count(),
+        2,
+        "a second restart announces nothing more"
+    );
+}
