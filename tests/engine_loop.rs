@@ -3,22 +3,11 @@
 mod common;
 
 use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, Protocol};
+use common::llm::{Behaviour, LlmStandIn, Protocol, tool_results};
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The content of the tool results the model was sent in request `r`.
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
 
 fn has_tool_results(body: &Value) -> bool {
     !tool_results(body).is_empty()

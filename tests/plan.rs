@@ -19,12 +19,7 @@ const PLAN_JSON: &str = r#"{"goal":"Tidy the repo","steps":[
   {"action":"Write notes","expected_outcome":"notes.md exists"}]}"#;
 
 fn tool_results(body: &Value) -> usize {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .count()
+    common::llm::tool_results(body).len()
 }
 
 fn system(body: &Value) -> String {

@@ -6,23 +6,13 @@ mod common;
 
 use common::hook::Hook;
 use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, Recorded, last_user};
+use common::llm::{Behaviour, LlmStandIn, Recorded, last_user, tool_results};
 use common::service::{Service, Workdir, config_with_llm};
 use common::telegram::{TOKEN, TelegramStandIn, group};
 use common::wait_for;
 use ferroclaw_channel_core::{OutboundKind, OutboundMessage};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
 
 fn spawn(task: &str, label: &str) -> (&'static str, Value) {
     ("sessions_spawn", json!({"task": task, "label": label}))
@@ -64,6 +54,18 @@ fn parent(body: &Value, children: &[(&'static str, Value)]) -> Behaviour {
     }
 }
 
+/// A stand-in where children follow [`child`] and the parent spawns `children` for "go".
+async fn standin(children: Vec<(&'static str, Value)>) -> LlmStandIn {
+    LlmStandIn::start(move |body, _| {
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(body, &children)
+        }
+    })
+    .await
+}
+
 fn announcements(messages: &[OutboundMessage]) -> Vec<String> {
     messages
         .iter()
@@ -74,20 +76,11 @@ fn announcements(messages: &[OutboundMessage]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_children_are_announced_in_the_webhook_thread_in_finishing_order_once_each() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(
-                body,
-                &[
-                    spawn("slow 900", "alpha"),
-                    spawn("slow 100", "beta"),
-                    spawn("slow 500", "gamma"),
-                ],
-            )
-        }
-    })
+    let llm = standin(vec![
+        spawn("slow 900", "alpha"),
+        spawn("slow 100", "beta"),
+        spawn("slow 500", "gamma"),
+    ])
     .await;
     let work = Workdir::new(&config_with_llm(
         &llm.url,
@@ -178,14 +171,7 @@ async fn three_children_are_announced_in_the_webhook_thread_in_finishing_order_o
 
 #[tokio::test(flavor = "multi_thread")]
 async fn announcements_land_in_the_telegram_topic_the_request_came_from() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(body, &[spawn("slow 300", "one"), spawn("slow 50", "two")])
-        }
-    })
-    .await;
+    let llm = standin(vec![spawn("slow 300", "one"), spawn("slow 50", "two")]).await;
     let tg = TelegramStandIn::start().await;
     let cfg = config_with_llm(
         &llm.url,
@@ -220,20 +206,11 @@ async fn announcements_land_in_the_telegram_topic_the_request_came_from() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn depth_children_and_concurrency_limits_hold() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(
-                body,
-                &[
-                    spawn("slow 300", "first"),
-                    spawn("slow 10", "second"),
-                    spawn("slow 10", "third"),
-                ],
-            )
-        }
-    })
+    let llm = standin(vec![
+        spawn("slow 300", "first"),
+        spawn("slow 10", "second"),
+        spawn("slow 10", "third"),
+    ])
     .await;
     let cfg = config(
         &llm.url,
@@ -295,16 +272,11 @@ async fn depth_children_and_concurrency_limits_hold() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_steer_and_stop_work_on_running_children() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(
-                body,
-                &[spawn("hang", "a"), spawn("hang", "b"), spawn("hang", "c")],
-            )
-        }
-    })
+    let llm = standin(vec![
+        spawn("hang", "a"),
+        spawn("hang", "b"),
+        spawn("hang", "c"),
+    ])
     .await;
     let app = InProc::start(&config(&llm.url, "", "")).await;
     app.say("c", "go").await;
@@ -377,19 +349,10 @@ async fn kill_steer_and_stop_work_on_running_children() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_that_runs_too_long_is_announced_as_timed_out() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(
-                body,
-                &[(
-                    "sessions_spawn",
-                    json!({"task": "hang", "label": "slowpoke", "timeout_secs": 1}),
-                )],
-            )
-        }
-    })
+    let llm = standin(vec![(
+        "sessions_spawn",
+        json!({"task": "hang", "label": "slowpoke", "timeout_secs": 1}),
+    )])
     .await;
     let app = InProc::start(&config(&llm.url, "", "")).await;
     app.say("c", "go").await;
@@ -406,14 +369,7 @@ async fn a_child_that_runs_too_long_is_announced_as_timed_out() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refusing_hook_blocks_the_spawn_with_a_clear_tool_error() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(body, &[spawn("slow 1", "nope")])
-        }
-    })
-    .await;
+    let llm = standin(vec![spawn("slow 1", "nope")]).await;
     let app = InProc::start(&config(
         &llm.url,
         "",
@@ -433,14 +389,7 @@ async fn a_refusing_hook_blocks_the_spawn_with_a_clear_tool_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_kill_9_a_restart_announces_every_running_child_exactly_once() {
-    let llm = LlmStandIn::start(|body, _| {
-        if is_child(body) {
-            child(&last_user(body))
-        } else {
-            parent(body, &[spawn("hang", "x"), spawn("hang", "y")])
-        }
-    })
-    .await;
+    let llm = standin(vec![spawn("hang", "x"), spawn("hang", "y")]).await;
     let work = Workdir::new(&config_with_llm(
         &llm.url,
         "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",

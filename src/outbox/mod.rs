@@ -11,3 +11,21 @@ mod notifier;
 
 pub use delivery::{DeliveryWorker, PassOutcome};
 pub use notifier::OutboxNotifier;
+
+use crate::storage::{NewOutbound, Store, StoreResult};
+
+/// Queue one bot message outside a turn commit (cards, status messages, interim messages)
+/// and wake its channel's worker. Returns its outbox id.
+pub async fn post(
+    store: &dyn Store,
+    notifier: &OutboxNotifier,
+    session_key: &str,
+    message: NewOutbound,
+) -> StoreResult<i64> {
+    let channel = message.route.channel.clone();
+    let id = store
+        .outbox_push(session_key, &[message], crate::clock::now_ms())
+        .await?[0];
+    notifier.kick(&channel);
+    Ok(id)
+}

@@ -161,11 +161,6 @@ impl PlanTracker {
             in_reply_to: self.in_reply_to.clone(),
             edit_of,
         };
-        let id = self
-            .store
-            .outbox_push(&self.session_key, &[message], crate::clock::now_ms())
-            .await?[0];
-        self.outbox.kick(&self.route.channel);
-        Ok(id)
+        crate::outbox::post(&*self.store, &self.outbox, &self.session_key, message).await
     }
 }

@@ -107,6 +107,33 @@ macro_rules! impl_store {
                 })
             }
 
+            /// Journal a message (unique per channel, chat and platform id): its id, or None
+            /// when it is already there.
+            async fn insert_journal<'c, E>(
+                executor: E,
+                message: &ferroclaw_channel_core::InboundMessage,
+                session_key: &str,
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<Option<i64>>
+            where
+                E: sqlx::Executor<'c, Database = $db>,
+            {
+                let payload = serde_json::to_string(message)
+                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
+                Ok(sqlx::query_scalar(
+                    "INSERT INTO inbound (channel, chat_id, platform_id, session_key, payload, received_at) \
+                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (channel, chat_id, platform_id) DO NOTHING RETURNING id",
+                )
+                .bind(&message.route.channel)
+                .bind(&message.route.chat_id)
+                .bind(&message.platform_message_id)
+                .bind(session_key)
+                .bind(payload)
+                .bind(now_ms)
+                .fetch_optional(executor)
+                .await?)
+            }
+
             async fn insert_outbound<'c, E>(
                 executor: E,
                 session_key: &str,
@@ -156,20 +183,7 @@ macro_rules! impl_store {
                 session_key: &str,
                 now_ms: i64,
             ) -> $crate::storage::StoreResult<$crate::storage::JournalInsert> {
-                let payload = serde_json::to_string(message)
-                    .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
-                let inserted: Option<i64> = sqlx::query_scalar(
-                    "INSERT INTO inbound (channel, chat_id, platform_id, session_key, payload, received_at) \
-                     VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (channel, chat_id, platform_id) DO NOTHING RETURNING id",
-                )
-                .bind(&message.route.channel)
-                .bind(&message.route.chat_id)
-                .bind(&message.platform_message_id)
-                .bind(session_key)
-                .bind(payload)
-                .bind(now_ms)
-                .fetch_optional(&self.write)
-                .await?;
+                let inserted = Self::insert_journal(&self.write, message, session_key, now_ms).await?;
                 if let Some(id) = inserted {
                     return Ok($crate::storage::JournalInsert::New($crate::storage::JournalEntry {
                         id,
@@ -630,20 +644,7 @@ macro_rules! impl_store {
                 Self::insert_outbound(&mut *tx, &session_key, &finish.announcement, finish.now_ms).await?;
                 let mut journal = None;
                 if let Some((message, parent_key)) = &finish.parent_message {
-                    let payload = serde_json::to_string(message)
-                        .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
-                    let id: Option<i64> = sqlx::query_scalar(
-                        "INSERT INTO inbound (channel, chat_id, platform_id, session_key, payload, received_at) \
-                         VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (channel, chat_id, platform_id) DO NOTHING RETURNING id",
-                    )
-                    .bind(&message.route.channel)
-                    .bind(&message.route.chat_id)
-                    .bind(&message.platform_message_id)
-                    .bind(parent_key)
-                    .bind(payload)
-                    .bind(finish.now_ms)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                    let id = Self::insert_journal(&mut *tx, message, parent_key, finish.now_ms).await?;
                     journal = id.map(|id| $crate::storage::JournalEntry {
                         id,
                         session_key: parent_key.clone(),

@@ -314,12 +314,7 @@ impl Registry {
             in_reply_to: scope.origin_message.clone(),
             edit_of,
         };
-        let id = self
-            .store
-            .outbox_push(&scope.parent_session, &[message], crate::clock::now_ms())
-            .await?[0];
-        self.outbox.kick(&scope.origin.channel);
-        Ok(id)
+        crate::outbox::post(&*self.store, &self.outbox, &scope.parent_session, message).await
     }
 
     pub(crate) fn forget(&self, run_id: &str) {

@@ -53,13 +53,10 @@ impl RunProgress {
             in_reply_to: self.scope.origin_message.clone(),
             edit_of: Some(id),
         };
-        if self
-            .store
-            .outbox_push(&self.scope.parent_session, &[edit], crate::clock::now_ms())
-            .await
-            .is_ok()
+        if let Err(e) =
+            crate::outbox::post(&*self.store, &self.outbox, &self.scope.parent_session, edit).await
         {
-            self.outbox.kick(&self.scope.origin.channel);
+            tracing::warn!(error = %e, "could not update a subagent's status message");
         }
     }
 }

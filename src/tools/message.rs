@@ -29,11 +29,9 @@ impl Tool for MessageTool {
             in_reply_to: cx.in_reply_to.clone(),
             edit_of: None,
         };
-        cx.store
-            .outbox_push(&cx.session_key, &[message], crate::clock::now_ms())
+        crate::outbox::post(&*cx.store, &cx.outbox, &cx.session_key, message)
             .await
             .map_err(|e| ToolError(format!("could not post the message: {e}")))?;
-        cx.outbox.kick(&cx.route.channel);
         Ok("message posted".into())
     }
 }

@@ -177,6 +177,19 @@ impl LlmStandIn {
     }
 }
 
+/// The contents of the tool results in a request.
+pub fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn last_user(body: &Value) -> String {
     body["messages"]
         .as_array()
