@@ -26,6 +26,9 @@ fn child(task: &str) -> Behaviour {
             task.rsplit("] ").next().unwrap_or_default()
         ));
     }
+    if task == "count to three" {
+        return Behaviour::reply("1 2 3");
+    }
     if let Some(ms) = task.strip_prefix("slow ") {
         return Behaviour::slow(
             format!("result of {task}"),
@@ -37,7 +40,10 @@ fn child(task: &str) -> Behaviour {
 
 fn is_child(body: &Value) -> bool {
     let user = last_user(body);
-    user.starts_with("slow ") || user == "hang" || user.starts_with("[New instruction")
+    user.starts_with("slow ")
+        || user == "hang"
+        || user.starts_with("[New instruction")
+        || user == "count to three"
 }
 
 /// A parent that spawns `children` for "go", then summarises each report.
@@ -440,5 +446,99 @@ async fn after_kill_9_a_restart_announces_every_running_child_exactly_once() {
         again.iter().filter(|m| m["kind"] == "announce").count(),
         2,
         "a second restart announces nothing more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_blocks_for_a_child_and_session_mode_children_stay_for_steering() {
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        if is_child(body) {
+            return child(&user);
+        }
+        if user == "go" {
+            return match tool_results(body).len() {
+                0 => Behaviour::tools(&[
+                    ("sessions_spawn", json!({"task": "slow 200", "label": "w"})),
+                    (
+                        "sessions_spawn",
+                        json!({"task": "slow 10", "label": "keeper", "mode": "session"}),
+                    ),
+                ]),
+                2 => Behaviour::tool(
+                    "subagents",
+                    json!({"action": "wait", "target": "w", "timeout_secs": 10}),
+                ),
+                _ => Behaviour::reply("waited"),
+            };
+        }
+        Behaviour::reply("noted")
+    })
+    .await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    app.say("c", "go").await;
+    wait_for("the waited reply", Duration::from_secs(20), || async {
+        app.delivered()
+            .iter()
+            .any(|m| m.text == "waited")
+            .then_some(())
+    })
+    .await;
+    let waited = llm
+        .requests()
+        .into_iter()
+        .find(|r| last_user(&r.body) == "go" && tool_results(&r.body).len() == 3)
+        .unwrap();
+    let result = &tool_results(&waited.body)[2];
+    assert!(
+        result.contains("\"status\":\"done\"") && result.contains("result of slow 200"),
+        "{result}"
+    );
+
+    // The session-mode child finished its task but stays alive for instructions.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !announcements(&app.delivered())
+            .iter()
+            .any(|a| a.starts_with("🤖 keeper")),
+        "a session child is not announced yet"
+    );
+    app.say("c", "/subagents steer keeper count to three").await;
+    wait_for("the steered task", Duration::from_secs(10), || async {
+        llm.requests()
+            .iter()
+            .any(|r| last_user(&r.body) == "count to three")
+            .then_some(())
+    })
+    .await;
+    app.say("c", "/subagents kill keeper").await;
+    let announced = wait_for("keeper's announcement", Duration::from_secs(10), || async {
+        let a = announcements(&app.delivered());
+        a.iter().any(|x| x.starts_with("🤖 keeper")).then_some(a)
+    })
+    .await;
+    assert!(
+        announced
+            .iter()
+            .any(|a| a.starts_with("🤖 keeper — killed")),
+        "{announced:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_waits_for_running_subagents_at_end_of_input() {
+    let llm = standin(vec![spawn("slow 300", "helper")]).await;
+    let dir = common::service::folder_with(&config_with_llm(&llm.url, ""));
+    let out = common::service::chat(dir.path(), "go\n", &[]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("🤖 helper — done\nresult of slow 300"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("summary of helper"),
+        "the parent's reaction is printed too: {}",
+        out.stdout
     );
 }

@@ -74,7 +74,6 @@ pub(crate) async fn run(
             tracing::info!(run_id = %spec.id, "subagent stopped by shutdown; it is reported after restart")
         }
         Outcome::Ended { state, result } => {
-            live.state.send_replace(state.to_string());
             let row = RunRow {
                 id: spec.id.clone(),
                 parent_session: spec.scope.parent_session.clone(),
@@ -102,6 +101,8 @@ pub(crate) async fn run(
                 }
                 tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
             }
+            // Waiters read the outcome from the store: tell them only once it is there.
+            live.state.send_replace(state.to_string());
             let event =
                 json!({"event": "ended", "run_id": spec.id, "label": spec.label, "state": state});
             tracing::info!(run_id = %spec.id, label = %spec.label, state, "subagent ended");
