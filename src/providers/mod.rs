@@ -9,6 +9,7 @@
 mod anthropic;
 mod chain;
 mod openai;
+mod sse;
 
 pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};

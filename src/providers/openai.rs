@@ -5,8 +5,6 @@ use super::{
     ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
 };
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -77,20 +75,10 @@ impl ModelProvider for OpenAiProvider {
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }
-        let response = builder.send().await.map_err(transport_error)?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers());
-            let body = response.text().await.unwrap_or_default();
-            return Err(classify_status(status.as_u16(), &body, retry_after));
-        }
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = super::sse::events(builder).await?;
         let mut out = StreamAssembly::default();
-        while let Some(event) = events.next().await {
-            let event = event.map_err(|e| match e {
-                eventsource_stream::EventStreamError::Transport(e) => transport_error(e),
-                other => ProviderError::Protocol(other.to_string()),
-            })?;
+        while let Some(event) = super::sse::next(&mut events).await {
+            let event = event?;
             if event.data.trim() == "[DONE]" {
                 break;
             }
