@@ -113,7 +113,7 @@ impl App {
     pub async fn recover(&self) -> anyhow::Result<usize> {
         let names: Vec<String> = self.channels.keys().cloned().collect();
         let pending = self.ingress.recover(&names).await?;
-        let runs = self.subagents.recover().await?;
+        let runs = self.subagents.recover(&names).await?;
         if runs > 0 {
             tracing::info!(runs, "announced subagent runs interrupted by the last stop");
         }

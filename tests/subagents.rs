@@ -29,6 +29,9 @@ fn child(task: &str) -> Behaviour {
     if task == "count to three" {
         return Behaviour::reply("1 2 3");
     }
+    if task == "report progress" {
+        return Behaviour::tool("message", json!({"text": "halfway there"}));
+    }
     if let Some(ms) = task.strip_prefix("slow ") {
         return Behaviour::slow(
             format!("result of {task}"),
@@ -44,6 +47,7 @@ fn is_child(body: &Value) -> bool {
         || user == "hang"
         || user.starts_with("[New instruction")
         || user == "count to three"
+        || user == "report progress"
 }
 
 /// A parent that spawns `children` for "go", then summarises each report.
@@ -540,5 +544,40 @@ async fn chat_waits_for_running_subagents_at_end_of_input() {
         out.stdout.contains("summary of helper"),
         "the parent's reaction is printed too: {}",
         out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_childs_interim_message_reaches_the_origin_chat() {
+    let llm = LlmStandIn::start(|body, _| {
+        if last_user(body) == "report progress" && !tool_results(body).is_empty() {
+            return Behaviour::reply("finished");
+        }
+        if is_child(body) {
+            child(&last_user(body))
+        } else {
+            parent(body, &[spawn("report progress", "reporter")])
+        }
+    })
+    .await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    app.say("c", "go").await;
+    let delivered = wait_for(
+        "the child's message and announcement",
+        Duration::from_secs(10),
+        || async {
+            let d = app.delivered();
+            (!announcements(&d).is_empty()).then_some(d)
+        },
+    )
+    .await;
+    let interim = delivered
+        .iter()
+        .find(|m| m.text == "halfway there")
+        .expect("the interim message");
+    assert_eq!(
+        interim.route,
+        InProc::route("c"),
+        "in the chat the parent was asked in"
     );
 }

@@ -309,11 +309,18 @@ impl Engine {
             }
             _ => None,
         };
+        // A subagent's "current chat" is the thread its parent was asked in.
+        let (route, in_reply_to) = persona.and_then(|p| p.origin.clone()).unwrap_or_else(|| {
+            (
+                entry.message.route.clone(),
+                Some(entry.message.platform_message_id.clone()),
+            )
+        });
         ToolContext {
             spawn,
             session_key: session.key.clone(),
-            route: entry.message.route.clone(),
-            in_reply_to: Some(entry.message.platform_message_id.clone()),
+            route,
+            in_reply_to,
             workspace: context::workspace_for(&self.config.agent.workspace, &session.key),
             store: self.store.clone(),
             outbox: self.outbox.clone(),

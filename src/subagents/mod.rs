@@ -436,10 +436,15 @@ impl Registry {
     }
 
     /// Announce runs a previous process left unfinished, as interrupted (once each).
-    pub async fn recover(&self) -> Result<usize, StoreError> {
+    /// Only runs whose origin chat is on one of `channels` (this process can deliver there).
+    pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
         let rows = self.store.runs_unannounced().await?;
-        let n = rows.len();
-        for row in rows {
+        let mut n = 0;
+        for row in rows
+            .into_iter()
+            .filter(|r| channels.contains(&r.origin_route.channel))
+        {
+            n += 1;
             runner::finish_row(
                 self,
                 &row,
