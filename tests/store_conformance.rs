@@ -304,9 +304,10 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     );
 
     store
-        .outbox_mark_delivered(ids[0], Some("plat-1"), 7)
+        .outbox_mark_delivered(&[(ids[0], Some("plat-1".to_string()))], 7)
         .await
         .unwrap();
+    store.outbox_mark_delivered(&[], 7).await.unwrap();
     store
         .outbox_retry_later(ids[1], 99_999, "receiver down")
         .await

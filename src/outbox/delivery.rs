@@ -12,6 +12,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const BATCH: i64 = 512;
+
+/// A delivered message: its outbox id and the platform's id for it.
+type Delivery = (i64, Option<String>);
 const CONVERSATIONS_IN_FLIGHT: usize = 32;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -100,16 +103,23 @@ impl DeliveryWorker {
                 .push(entry);
         }
         let now = now_ms();
-        let results: Vec<PassOutcome> = futures::stream::iter(conversations.into_values())
-            .map(|entries| self.deliver_conversation(entries, now))
-            .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
-            .collect()
-            .await;
+        let results: Vec<(PassOutcome, Vec<Delivery>)> =
+            futures::stream::iter(conversations.into_values())
+                .map(|entries| self.deliver_conversation(entries, now))
+                .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
+                .collect()
+                .await;
         let mut total = PassOutcome {
             more,
             ..Default::default()
         };
-        for r in results {
+        // One statement marks everything this pass delivered (before the next pass reads).
+        let delivered: Vec<Delivery> = results
+            .iter()
+            .flat_map(|(_, d)| d.iter().cloned())
+            .collect();
+        self.mark_delivered(&delivered).await;
+        for (r, _) in results {
             total.delivered += r.delivered;
             total.deferred += r.deferred;
             total.next_attempt_at = match (total.next_attempt_at, r.next_attempt_at) {
@@ -120,8 +130,28 @@ impl DeliveryWorker {
         Ok(total)
     }
 
-    async fn deliver_conversation(&self, entries: Vec<OutboxEntry>, now: i64) -> PassOutcome {
+    /// Record deliveries; retried, because a row left pending would be delivered again.
+    async fn mark_delivered(&self, delivered: &[Delivery]) {
+        for attempt in 1..=5u64 {
+            match self.store.outbox_mark_delivered(delivered, now_ms()).await {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::warn!(channel = self.channel.name(), attempt, error = %err, "could not mark messages delivered");
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+            }
+        }
+    }
+
+    /// Deliver one conversation's messages in order; returns what happened and what was
+    /// delivered (outbox id, platform id).
+    async fn deliver_conversation(
+        &self,
+        entries: Vec<OutboxEntry>,
+        now: i64,
+    ) -> (PassOutcome, Vec<Delivery>) {
         let mut outcome = PassOutcome::default();
+        let mut done = Vec::new();
         let total = entries.len();
         // Platform ids of messages delivered earlier in this pass, for edits read with them.
         let mut delivered_ids: HashMap<i64, String> = HashMap::new();
@@ -139,23 +169,14 @@ impl DeliveryWorker {
             // Order within a conversation: a message waiting for its retry holds back the rest.
             if entry.next_attempt_at > now {
                 deferred_from_here(&mut outcome, entry.next_attempt_at);
-                return outcome;
+                return (outcome, done);
             }
             match self.channel.deliver(&entry.message).await {
                 Ok(delivered) => {
                     if let Some(pid) = &delivered.platform_message_id {
                         delivered_ids.insert(id, pid.clone());
                     }
-                    let platform_id = delivered.platform_message_id.as_deref();
-                    if let Err(err) = self
-                        .store
-                        .outbox_mark_delivered(id, platform_id, now_ms())
-                        .await
-                    {
-                        tracing::warn!(outbox_id = id, error = %err, "could not mark delivered");
-                        deferred_from_here(&mut outcome, now_ms() + 1000);
-                        return outcome;
-                    }
+                    done.push((id, delivered.platform_message_id));
                     outcome.delivered += 1;
                 }
                 Err(DeliveryError::Rejected(reason)) => {
@@ -173,11 +194,11 @@ impl DeliveryWorker {
                     tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
                     let _ = self.store.outbox_retry_later(id, at, &reason).await;
                     deferred_from_here(&mut outcome, at);
-                    return outcome;
+                    return (outcome, done);
                 }
             }
         }
-        outcome
+        (outcome, done)
     }
 }
 

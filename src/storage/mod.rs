@@ -98,10 +98,10 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<Vec<i64>>;
     /// Undelivered messages of a channel, oldest first.
     async fn outbox_pending(&self, channel: &str, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
+    /// Mark messages delivered, with the platform id each got, in one statement.
     async fn outbox_mark_delivered(
         &self,
-        id: i64,
-        platform_message_id: Option<&str>,
+        delivered: &[(i64, Option<String>)],
         now_ms: i64,
     ) -> StoreResult<()>;
     async fn outbox_retry_later(

@@ -406,16 +406,23 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_outbox).collect()
             }
 
-            async fn outbox_mark_delivered(&self, id: i64, platform_message_id: Option<&str>, now_ms: i64) -> $crate::storage::StoreResult<()> {
-                sqlx::query(
-                    "UPDATE outbox SET state = 'delivered', platform_message_id = $2, delivered_at = $3, \
-                     attempts = attempts + 1 WHERE id = $1",
-                )
-                .bind(id)
-                .bind(platform_message_id)
-                .bind(now_ms)
-                .execute(&self.write)
-                .await?;
+            async fn outbox_mark_delivered(&self, delivered: &[(i64, Option<String>)], now_ms: i64) -> $crate::storage::StoreResult<()> {
+                if delivered.is_empty() {
+                    return Ok(());
+                }
+                let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE outbox SET state = 'delivered', delivered_at = ");
+                update.push_bind(now_ms);
+                update.push(", attempts = attempts + 1, platform_message_id = CASE id");
+                for (id, platform_id) in delivered {
+                    update.push(" WHEN ").push_bind(*id).push(" THEN ").push_bind(platform_id.clone());
+                }
+                update.push(" ELSE platform_message_id END WHERE id IN (");
+                let mut ids = update.separated(", ");
+                for (id, _) in delivered {
+                    ids.push_bind(*id);
+                }
+                update.push(")");
+                update.build().execute(&self.write).await?;
                 Ok(())
             }
 
