@@ -171,7 +171,17 @@ impl Inner {
 
     async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {
         for attempt in 1..=3u32 {
-            match self.engine.handle(entry, stop).await {
+            // A bug that panics in one turn must neither kill the service nor wedge the lane
+            // (and must not repeat on every restart): the message is answered with an error.
+            let turn = std::panic::AssertUnwindSafe(self.engine.handle(entry, stop));
+            let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
+                tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
+                if let Err(err) = self.engine.answer_failed(entry).await {
+                    tracing::error!(journal_id = entry.id, error = %err, "could not record the failed turn");
+                }
+                return;
+            };
+            match result {
                 Ok(()) => return,
                 Err(err) => {
                     tracing::warn!(session = %entry.session_key, journal_id = entry.id, attempt, error = %err, "turn failed");

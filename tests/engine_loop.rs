@@ -366,3 +366,32 @@ async fn the_message_tool_posts_an_interim_message_before_the_reply() {
     assert_eq!(d[1].text, "final answer");
     assert!(d[0].id < d[1].id);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_that_panics_is_answered_with_an_error_and_the_session_goes_on() {
+    let llm = LlmStandIn::echo().await;
+    let app = InProc::start(&config(&llm.url, "", "")).await;
+    let route = InProc::route("c");
+    let key = route.session_key();
+    let store = &app.app.store;
+    store.session_get_or_create(&key, &route, 1).await.unwrap();
+    // Corrupt state (a model name that never passed validation) makes the turn panic.
+    store
+        .session_set_model(&key, Some("no-slash-here"))
+        .await
+        .unwrap();
+    app.say("c", "hello").await;
+    let d = app.wait_delivered(1).await;
+    assert_eq!(d[0].kind, OutboundKind::Error);
+    assert!(d[0].text.contains("Something went wrong"), "{}", d[0].text);
+    // The lane is not wedged: the next messages are handled.
+    app.say("c", "/model standin/m").await;
+    app.say("c", "again").await;
+    let d = app.wait_delivered(3).await;
+    assert_eq!(d[2].text, "echo: again");
+    let pending = store.journal_pending().await.unwrap();
+    assert!(
+        pending.is_empty(),
+        "the crashed message is answered, not retried forever"
+    );
+}

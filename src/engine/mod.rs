@@ -354,6 +354,41 @@ impl Engine {
         self.tool_tokens
     }
 
+    /// Answer a journal entry whose turn crashed: an error reply, the entry marked answered.
+    pub async fn answer_failed(&self, entry: &JournalEntry) -> Result<(), StoreError> {
+        let route = &entry.message.route;
+        let epoch = self
+            .store
+            .session_get(&entry.session_key)
+            .await?
+            .map(|s| s.epoch)
+            .unwrap_or(0);
+        let commit = TurnCommit {
+            journal_id: Some(entry.id),
+            session_key: entry.session_key.clone(),
+            epoch,
+            entries: Vec::new(),
+            outbound: vec![NewOutbound {
+                route: route.clone(),
+                kind: OutboundKind::Error,
+                text: "⚠️ Something went wrong while handling this message; it was not processed. Please try again.".into(),
+                in_reply_to: Some(entry.message.platform_message_id.clone()),
+                edit_of: None,
+            }],
+            tokens_in: 0,
+            tokens_out: 0,
+            last_model: None,
+            now_ms: crate::clock::now_ms(),
+        };
+        match self.store.commit_turn(&commit).await {
+            Ok(_) | Err(StoreError::AlreadyAnswered(_)) => {}
+            Err(err) => return Err(err),
+        }
+        self.outbox.kick(&route.channel);
+        self.turns.answered(entry.id);
+        Ok(())
+    }
+
     fn session_model(&self, session: &SessionRow) -> ModelRef {
         let name = session.model.as_deref().unwrap_or(&self.config.agent.model);
         ModelRef::parse(name).expect("models are validated at config load and on /model")
