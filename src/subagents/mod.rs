@@ -284,13 +284,20 @@ impl Registry {
             status_message: Some(status_message),
         };
         tracing::info!(run_id = %id, label = %label, depth, parent = %scope.parent_session, "subagent spawned");
-        self.tracker.spawn(runner::run(
-            self.clone(),
-            live,
-            spec,
-            steer_rx,
-            self.slots.clone(),
-        ));
+        let run = runner::run(self.clone(), live, spec, steer_rx, self.slots.clone());
+        let registry = self.clone();
+        let run_id = id.clone();
+        self.tracker.spawn(async move {
+            // A bug in one child must not leave it "live" forever; its row stays unannounced
+            // and is reported as interrupted on the next start.
+            if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run))
+                .await
+                .is_err()
+            {
+                tracing::error!(run_id = %run_id, "subagent task panicked");
+                registry.forget(&run_id);
+            }
+        });
         let hook = self.hook.clone();
         let spawned = json!({"event": "spawned", "run_id": id, "label": label, "parent_session": scope.parent_session});
         if hook.configured() {
