@@ -57,12 +57,21 @@ impl DeliveryWorker {
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let name = self.channel.name().to_string();
         loop {
-            let outcome = match self.pass().await {
-                Ok(outcome) => outcome,
-                Err(err) => {
+            // A panicking adapter must not end this channel's deliveries for good.
+            let pass = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(self.pass()));
+            let outcome = match pass.await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(err)) => {
                     tracing::warn!(channel = %name, error = %err, "outbox read failed");
                     PassOutcome {
                         next_attempt_at: Some(now_ms() + 1000),
+                        ..Default::default()
+                    }
+                }
+                Err(_) => {
+                    tracing::error!(channel = %name, "delivery pass panicked; retrying in 5 s");
+                    PassOutcome {
+                        next_attempt_at: Some(now_ms() + 5000),
                         ..Default::default()
                     }
                 }
