@@ -211,3 +211,70 @@ async fn a_provider_key_is_sent_to_the_provider_and_never_logged() {
         "serve logs one line per channel: {logs}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_a_running_turn_finish_flushes_its_reply_and_exits_zero() {
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::slow(
+            format!("echo: {}", common::llm::last_user(body)),
+            Duration::from_millis(800),
+        )
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let work = Workdir::new(&webhook_config(&llm.url, &receiver.url));
+    let service = Service::start(&work, &env()).await;
+    assert_eq!(send(&service.base, "g", "m-1", "finish me").await.0, 202);
+    wait_for("the model call", Duration::from_secs(10), || async {
+        (llm.count() == 1).then_some(())
+    })
+    .await;
+    let (code, logs) = service.terminate().await;
+    assert_eq!(code, Some(0), "{logs}");
+    let received = receiver.received();
+    assert_eq!(
+        received.len(),
+        1,
+        "the reply was delivered before exit: {logs}"
+    );
+    assert_eq!(received[0].body["text"], "echo: finish me");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_longer_than_the_grace_period_is_redone_after_restart() {
+    let llm = LlmStandIn::start(|body, index| {
+        if index == 0 {
+            Behaviour::Hang
+        } else {
+            Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
+        }
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let work = Workdir::new(
+        &webhook_config(&llm.url, &receiver.url)
+            .replace("shutdown_grace_secs = 5", "shutdown_grace_secs = 1"),
+    );
+    let service = Service::start(&work, &env()).await;
+    send(&service.base, "h", "m-1", "slow one").await;
+    wait_for("the model call", Duration::from_secs(10), || async {
+        (llm.count() == 1).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (code, logs) = service.terminate().await;
+    assert_eq!(code, Some(0), "{logs}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after the 1 s grace"
+    );
+    assert!(receiver.received().is_empty());
+    let _service = Service::start(&work, &env()).await;
+    wait_for(
+        "the reply after restart",
+        Duration::from_secs(10),
+        || async { (!receiver.received().is_empty()).then_some(()) },
+    )
+    .await;
+    assert_eq!(receiver.received()[0].body["text"], "echo: slow one");
+}
