@@ -118,12 +118,26 @@ fn secrets_set_in_the_environment_never_appear_in_the_output() {
         ("FC_TEST_TG", "123456:telegram-secret-token"),
         ("FC_TEST_HOOK", "hook-secret-abcdef"),
         ("FERROCLAW_ADMIN_TOKEN", "admin-secret-xyz"),
+        (
+            "FERROCLAW__STORAGE__URL",
+            "postgres://app:db-password-9876@127.0.0.1:5432/app",
+        ),
     ];
     let out = check(
         "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TEST_TG\"\n[channels.webhook.main]\nsecret_env = \"FC_TEST_HOOK\"\n",
         &secrets,
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        !out.stdout.contains("db-password-9876"),
+        "the database password is redacted"
+    );
+    assert!(
+        out.stdout
+            .contains("postgres://app:REDACTED@127.0.0.1:5432/app"),
+        "{}",
+        out.stdout
+    );
     for (_, value) in secrets {
         assert!(
             !out.stdout.contains(value) && !out.stderr.contains(value),

@@ -278,3 +278,33 @@ async fn a_turn_longer_than_the_grace_period_is_redone_after_restart() {
     .await;
     assert_eq!(receiver.received()[0].body["text"], "echo: slow one");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_message_path_runs_on_postgresql() {
+    let url = common::pg::fresh_database().await;
+    let llm = LlmStandIn::echo().await;
+    let receiver = Receiver::start(1).await;
+    let config = webhook_config(&llm.url, &receiver.url)
+        .replace("[agent]", &format!("[storage]\nurl = \"{url}\"\n\n[agent]"));
+    let work = Workdir::new(&config);
+    let service = Service::start(&work, &env()).await;
+    assert_eq!(send(&service.base, "pg", "m-1", "on postgres").await.0, 202);
+    assert_eq!(
+        send(&service.base, "pg", "m-1", "on postgres").await.1["status"],
+        "duplicate"
+    );
+    assert_eq!(
+        wait_replies(&service.base, "pg", 1).await,
+        ["echo: on postgres"]
+    );
+    wait_for("the callback", Duration::from_secs(10), || async {
+        (!receiver.received().is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        !work.path().join("ferroclaw.db").exists(),
+        "no SQLite file was used"
+    );
+    let (code, _) = service.terminate().await;
+    assert_eq!(code, Some(0));
+}

@@ -21,9 +21,10 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
         ),
     }
     .ok();
+    let mut shown = loaded.config.clone();
+    shown.storage.url = redact_url_password(&shown.storage.url);
     out.push_str(
-        &toml::to_string_pretty(&loaded.config)
-            .unwrap_or_else(|e| format!("# cannot render: {e}\n")),
+        &toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n")),
     );
     out.push_str("\n# secrets (values redacted)\n");
     let state = |s: Option<&SecretString>| {
@@ -85,4 +86,15 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
         writeln!(out, "# warning: {warning}").ok();
     }
     out
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:REDACTED@host/db`.
+pub fn redact_url_password(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("REDACTED"));
+            url.to_string()
+        }
+        _ => raw.to_string(),
+    }
 }
