@@ -195,3 +195,28 @@ fn migrate_creates_the_database_and_every_subcommand_has_help() {
         assert!(help.stdout.contains("Usage"), "{args:?}: {}", help.stdout);
     }
 }
+
+#[test]
+fn telegram_webhook_mode_needs_a_public_url_and_discord_its_token() {
+    let out = check(
+        "[channels.telegram]\nenabled = true\nmode = \"webhook\"\ntoken_env = \"FC_TG_SET\"\n[channels.discord]\nenabled = true\ntoken_env = \"FC_DC_UNSET\"\n",
+        &[("FC_TG_SET", "1:abc")],
+    );
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains("server.public_url: must be set"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("channels.discord.token_env: environment variable FC_DC_UNSET is not set"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("channels.telegram.token_env"),
+        "{}",
+        out.stderr
+    );
+}

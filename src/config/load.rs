@@ -247,31 +247,30 @@ fn validate(
         secrets.provider_keys.insert(name.clone(), key);
     }
 
+    // The secret an enabled channel needs; a problem naming its key when it is missing.
+    let mut required = |key: &str, var: &str| {
+        let value = secret(var);
+        if value.is_none() {
+            problem(key, format!("environment variable {var} is not set"));
+        }
+        value
+    };
     let telegram = &config.channels.telegram;
     if telegram.enabled {
-        secrets.telegram_token = secret(&telegram.token_env);
-        if secrets.telegram_token.is_none() {
-            problem(
-                "channels.telegram.token_env",
-                format!("environment variable {} is not set", telegram.token_env),
-            );
-        }
-        if telegram.mode == TelegramMode::Webhook && config.server.public_url.is_empty() {
-            problem(
-                "server.public_url",
-                "must be set when channels.telegram.mode = \"webhook\"".into(),
-            );
-        }
+        secrets.telegram_token = required("channels.telegram.token_env", &telegram.token_env);
     }
     let discord = &config.channels.discord;
     if discord.enabled {
-        secrets.discord_token = secret(&discord.token_env);
-        if secrets.discord_token.is_none() {
-            problem(
-                "channels.discord.token_env",
-                format!("environment variable {} is not set", discord.token_env),
-            );
-        }
+        secrets.discord_token = required("channels.discord.token_env", &discord.token_env);
+    }
+    if telegram.enabled
+        && telegram.mode == TelegramMode::Webhook
+        && config.server.public_url.is_empty()
+    {
+        problem(
+            "server.public_url",
+            "must be set when channels.telegram.mode = \"webhook\"".into(),
+        );
     }
     for (name, hook) in &config.channels.webhook {
         if name.is_empty()
