@@ -91,22 +91,6 @@ impl Lanes {
         }
     }
 
-    /// Sessions with a running or queued turn.
-    pub fn active(&self) -> usize {
-        *self.inner.active.borrow()
-    }
-
-    /// Messages waiting behind a running turn, across all sessions.
-    pub fn queued(&self) -> usize {
-        self.inner
-            .lanes
-            .lock()
-            .expect("lanes lock")
-            .values()
-            .map(|l| l.queue.len())
-            .sum()
-    }
-
     /// Resolve when no lane has work.
     pub async fn wait_idle(&self) {
         let mut rx = self.inner.active.subscribe();

@@ -53,7 +53,6 @@ pub(super) async fn prepare(
 pub(super) async fn force(
     engine: &Engine,
     session: &mut SessionRow,
-    _turn: &[ChatMessage],
 ) -> Result<Vec<ChatMessage>, TurnError> {
     let window = load_window(engine, session).await?;
     compact(engine, session, &window, 0).await

@@ -180,14 +180,6 @@ impl Engine {
         .await
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    pub fn outbox(&self) -> &OutboxNotifier {
-        &self.outbox
-    }
-
     /// Handle one journalled message to completion. `stop` ends the turn early (`/stop`): what
     /// finished so far is committed. On `Ok` the journal entry is answered and its replies are
     /// in the outbox; on `Err` nothing was committed and the entry stays pending.

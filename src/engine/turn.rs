@@ -75,7 +75,7 @@ impl Engine {
                 }) if !compacted_after_error => {
                     compacted_after_error = true;
                     tracing::info!("context too long; compacting and retrying once");
-                    history = compact::force(self, session, &turn_messages).await?;
+                    history = compact::force(self, session).await?;
                     continue;
                 }
                 Err(err) => {

@@ -57,15 +57,6 @@ impl PlanTracker {
             .map(Plan::prompt_section)
     }
 
-    pub async fn progress(&self) -> Option<String> {
-        self.plan
-            .lock()
-            .await
-            .as_ref()
-            .filter(|p| p.active)
-            .map(Plan::progress)
-    }
-
     /// Start a new plan (replacing any other) and post its card.
     pub async fn create(
         &self,

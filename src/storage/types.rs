@@ -92,12 +92,6 @@ pub struct OutboxEntry {
     pub platform_message_id: Option<String>,
 }
 
-impl OutboxEntry {
-    pub fn kind_str(&self) -> &'static str {
-        self.message.kind.as_str()
-    }
-}
-
 pub(crate) fn kind_from_db(s: &str) -> Result<OutboundKind, super::StoreError> {
     OutboundKind::parse(s)
         .ok_or_else(|| super::StoreError::Corrupt(format!("unknown outbox kind `{s}`")))

@@ -86,13 +86,6 @@ impl Accepted {
             }
         }
     }
-    pub fn journal_id(&self) -> i64 {
-        match self {
-            Accepted::New { journal_id, .. } | Accepted::Duplicate { journal_id, .. } => {
-                *journal_id
-            }
-        }
-    }
 }
 
 /// The journal could not take the message; the adapter must not acknowledge it upstream.
