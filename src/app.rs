@@ -80,8 +80,7 @@ impl App {
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),
-            notifier.clone(),
-            turns.clone(),
+            engine.clone(),
             access_from(&config),
             subagents.clone(),
         ));

@@ -4,12 +4,10 @@
 //! Implements the [`Inbox`] trait the channel adapters call.
 
 use crate::access::{Access, Verdict, pairing_text};
-use crate::engine::Command;
+use crate::engine::{Command, Engine};
 use crate::lanes::Lanes;
-use crate::outbox::OutboxNotifier;
-use crate::storage::{JournalEntry, JournalInsert, NewOutbound, Store, StoreError, TurnCommit};
+use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
 use crate::subagents::Registry;
-use crate::turn_watch::TurnWatch;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
@@ -17,8 +15,7 @@ use std::sync::Arc;
 pub struct Ingress {
     store: Arc<dyn Store>,
     lanes: Lanes,
-    outbox: OutboxNotifier,
-    turns: TurnWatch,
+    engine: Arc<Engine>,
     access: Access,
     subagents: Arc<Registry>,
 }
@@ -27,16 +24,14 @@ impl Ingress {
     pub fn new(
         store: Arc<dyn Store>,
         lanes: Lanes,
-        outbox: OutboxNotifier,
-        turns: TurnWatch,
+        engine: Arc<Engine>,
         access: Access,
         subagents: Arc<Registry>,
     ) -> Self {
         Ingress {
             store,
             lanes,
-            outbox,
-            turns,
+            engine,
             access,
             subagents,
         }
@@ -55,46 +50,6 @@ impl Ingress {
         Ok(n)
     }
 
-    /// Answer a journal entry here, without a model turn (`/stop`, access refusals): mark it
-    /// answered with at most one reply, in one commit.
-    async fn answer_now(
-        &self,
-        entry: &JournalEntry,
-        reply: Option<(OutboundKind, String)>,
-    ) -> Result<(), StoreError> {
-        let now = crate::clock::now_ms();
-        let route = &entry.message.route;
-        let epoch = match self.store.session_get(&entry.session_key).await? {
-            Some(session) => session.epoch,
-            None => 0,
-        };
-        self.store
-            .commit_turn(&TurnCommit {
-                journal_id: Some(entry.id),
-                session_key: entry.session_key.clone(),
-                epoch,
-                entries: Vec::new(),
-                outbound: reply
-                    .into_iter()
-                    .map(|(kind, text)| NewOutbound {
-                        route: route.clone(),
-                        kind,
-                        text,
-                        in_reply_to: Some(entry.message.platform_message_id.clone()),
-                        edit_of: None,
-                    })
-                    .collect(),
-                tokens_in: 0,
-                tokens_out: 0,
-                last_model: None,
-                now_ms: now,
-            })
-            .await?;
-        self.outbox.kick(&route.channel);
-        self.turns.answered(entry.id);
-        Ok(())
-    }
-
     /// Route a newly journalled entry: refuse strangers, run `/stop` at once, queue the rest.
     async fn dispatch(&self, entry: JournalEntry) -> Result<(), StoreError> {
         let verdict = if entry.message.internal {
@@ -106,12 +61,13 @@ impl Ingress {
             Verdict::Allow => {}
             Verdict::Deny => {
                 tracing::info!(channel = %entry.message.route.channel, "message from a user without access dropped");
-                return self.answer_now(&entry, None).await;
+                return self.engine.answer(&entry, None).await;
             }
             Verdict::Pair(code) => {
                 tracing::info!(channel = %entry.message.route.channel, "pairing code issued");
                 return self
-                    .answer_now(&entry, Some((OutboundKind::Status, pairing_text(&code))))
+                    .engine
+                    .answer(&entry, Some((OutboundKind::Status, pairing_text(&code))))
                     .await;
             }
         }
@@ -125,7 +81,8 @@ impl Ingress {
                 (true, n) => format!("⏹ Stopped the running turn and {n} subagent(s)."),
             };
             return self
-                .answer_now(&entry, Some((OutboundKind::Status, text)))
+                .engine
+                .answer(&entry, Some((OutboundKind::Status, text)))
                 .await;
         }
         self.lanes.submit(entry);

@@ -346,8 +346,13 @@ impl Engine {
         self.tool_tokens
     }
 
-    /// Answer a journal entry whose turn crashed: an error reply, the entry marked answered.
-    pub async fn answer_failed(&self, entry: &JournalEntry) -> Result<(), StoreError> {
+    /// Answer a journal entry without a model turn (`/stop`, access refusals, a crashed
+    /// turn): mark it answered with at most one reply, in one commit.
+    pub async fn answer(
+        &self,
+        entry: &JournalEntry,
+        reply: Option<(OutboundKind, String)>,
+    ) -> Result<(), StoreError> {
         let route = &entry.message.route;
         let epoch = self
             .store
@@ -360,13 +365,16 @@ impl Engine {
             session_key: entry.session_key.clone(),
             epoch,
             entries: Vec::new(),
-            outbound: vec![NewOutbound {
-                route: route.clone(),
-                kind: OutboundKind::Error,
-                text: "⚠️ Something went wrong while handling this message; it was not processed. Please try again.".into(),
-                in_reply_to: Some(entry.message.platform_message_id.clone()),
-                edit_of: None,
-            }],
+            outbound: reply
+                .into_iter()
+                .map(|(kind, text)| NewOutbound {
+                    route: route.clone(),
+                    kind,
+                    text,
+                    in_reply_to: Some(entry.message.platform_message_id.clone()),
+                    edit_of: None,
+                })
+                .collect(),
             tokens_in: 0,
             tokens_out: 0,
             last_model: None,
@@ -379,6 +387,13 @@ impl Engine {
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
         Ok(())
+    }
+
+    /// Answer a journal entry whose turn crashed, with an error reply.
+    pub async fn answer_failed(&self, entry: &JournalEntry) -> Result<(), StoreError> {
+        let text = "⚠️ Something went wrong while handling this message; it was not processed. Please try again.";
+        self.answer(entry, Some((OutboundKind::Error, text.into())))
+            .await
     }
 
     fn session_model(&self, session: &SessionRow) -> ModelRef {
