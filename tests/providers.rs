@@ -118,20 +118,35 @@ async fn chain(a_does: Behaviour, retries: u32, cooldown: Duration, timeout: Dur
         }
     })
     .await;
+    let chain = chain_over(&llm, &["p/b"], retries, cooldown, timeout);
+    Chain { llm, chain }
+}
+
+/// A chain whose provider `p` is the stand-in, with the given fallbacks.
+fn chain_over(
+    llm: &LlmStandIn,
+    fallbacks: &[&str],
+    retries: u32,
+    cooldown: Duration,
+    timeout: Duration,
+) -> FallbackChain {
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     providers.insert(
         "p".into(),
         Arc::new(OpenAiProvider::new(reqwest::Client::new(), &llm.url, None)),
     );
-    let chain = FallbackChain::new(
+    let fallbacks = fallbacks
+        .iter()
+        .map(|m| ModelRef::parse(m).unwrap())
+        .collect();
+    FallbackChain::new(
         providers,
         HashMap::new(),
-        vec![ModelRef::parse("p/b").unwrap()],
+        fallbacks,
         retries,
         cooldown,
         timeout,
-    );
-    Chain { llm, chain }
+    )
 }
 
 async fn complete(c: &Chain) -> Result<(String, String), ChainError> {
@@ -259,15 +274,9 @@ async fn retry_after_is_honoured_on_the_same_model() {
         }
     })
     .await;
-    let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
-    providers.insert(
-        "p".into(),
-        Arc::new(OpenAiProvider::new(reqwest::Client::new(), &llm.url, None)),
-    );
-    let chain = FallbackChain::new(
-        providers,
-        HashMap::new(),
-        vec![],
+    let chain = chain_over(
+        &llm,
+        &[],
         2,
         Duration::from_secs(60),
         Duration::from_secs(10),
