@@ -63,7 +63,10 @@ impl App {
             .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
         let turns = TurnWatch::default();
-        let tools = Arc::new(ToolRegistry::builtin(config.tools.web_fetch_allow_private));
+        let tools = Arc::new(ToolRegistry::builtin(
+            config.tools.web_fetch_allow_private,
+            &config.tools.web_fetch_proxy,
+        ));
         let engine = Arc::new(Engine::new(
             store.clone(),
             chain,

@@ -7,7 +7,7 @@
 //! its journal entry pending, to be answered after restart. `/stop` is different: it ends the
 //! running turn through its own token and the turn commits what it finished.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, MAX_TURN_ATTEMPTS};
 use crate::storage::JournalEntry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,13 +154,36 @@ impl Inner {
     }
 
     async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {
+        // Counted before the model is called: a message whose turn kills the process
+        // (an abort no unwind can catch) is given up after a few restarts, not replayed
+        // into the same crash forever.
+        let mut entry = entry.clone();
+        match self.engine.begin_attempt(&entry).await {
+            Ok(started) if started > MAX_TURN_ATTEMPTS => {
+                tracing::error!(session = %entry.session_key, journal_id = entry.id, started, "turn never finished in earlier runs; giving it up");
+                if let Err(err) = self.engine.answer_given_up(&entry).await {
+                    tracing::error!(journal_id = entry.id, error = %err, "could not record the given-up turn");
+                }
+                return;
+            }
+            Ok(started) => entry.attempts = started,
+            Err(err) => {
+                // Unknown: treat it as a redo, so recorded side effects are looked up.
+                entry.attempts = entry.attempts.max(1) + 1;
+                tracing::warn!(journal_id = entry.id, error = %err, "could not count the turn attempt")
+            }
+        }
+        let entry = &mut entry;
         for attempt in 1..=3u32 {
+            if attempt > 1 {
+                entry.attempts += 1; // an in-process retry is a redo too
+            }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.
-            let turn = std::panic::AssertUnwindSafe(self.engine.handle(entry, stop));
+            let turn = std::panic::AssertUnwindSafe(self.engine.handle(&*entry, stop));
             let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
                 tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
-                if let Err(err) = self.engine.answer_failed(entry).await {
+                if let Err(err) = self.engine.answer_failed(&*entry).await {
                     tracing::error!(journal_id = entry.id, error = %err, "could not record the failed turn");
                 }
                 return;

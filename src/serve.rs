@@ -138,7 +138,7 @@ fn telegram_from(loaded: &LoadedConfig) -> anyhow::Result<Option<Telegram>> {
         },
         require_mention_in_groups: cfg.require_mention_in_groups,
         stream_edit_interval: Duration::from_millis(cfg.stream_edit_interval_ms),
-        poll_timeout: Duration::from_secs(25),
+        poll_timeout: Duration::from_secs(cfg.poll_timeout_secs),
         commands: crate::engine::COMMANDS
             .iter()
             .map(|(c, d)| (c.to_string(), d.to_string()))

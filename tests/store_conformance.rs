@@ -158,7 +158,7 @@ async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
         ))
         .await;
     assert!(matches!(again, Err(StoreError::AlreadyAnswered(id)) if id == j.id));
-    let pending = store.outbox_pending("cli", 100).await.unwrap();
+    let pending = store.outbox_pending("cli", 100, i64::MAX).await.unwrap();
     assert_eq!(
         pending
             .iter()
@@ -284,7 +284,7 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .await
         .unwrap()[0];
 
-    let pending = store.outbox_pending("webhook:o", 100).await.unwrap();
+    let pending = store.outbox_pending("webhook:o", 100, i64::MAX).await.unwrap();
     assert_eq!(pending.len(), 4);
     assert!(
         pending
@@ -297,7 +297,7 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     );
     assert!(
         store
-            .outbox_pending("webhook:none", 100)
+            .outbox_pending("webhook:none", 100, i64::MAX)
             .await
             .unwrap()
             .is_empty()
@@ -313,7 +313,7 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .await
         .unwrap();
     store.outbox_mark_rejected(ids2[0], "bad").await.unwrap();
-    let pending = store.outbox_pending("webhook:o", 100).await.unwrap();
+    let pending = store.outbox_pending("webhook:o", 100, i64::MAX).await.unwrap();
     assert_eq!(
         pending.iter().map(|p| p.message.id).collect::<Vec<_>>(),
         [ids[1], edit_id]
@@ -321,6 +321,19 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     assert_eq!(
         (pending[0].attempts, pending[0].next_attempt_at),
         (1, 99_999)
+    );
+    assert!(
+        store
+            .outbox_pending("webhook:o", 100, 50_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a conversation whose first message waits for its retry yields nothing before then"
+    );
+    assert_eq!(
+        store.outbox_next_attempt("webhook:o", 50_000).await.unwrap(),
+        Some(99_999),
+        "the next retry, not the message held back behind it"
     );
     assert_eq!(pending[1].message.edit_of, Some(ids[0]));
     assert_eq!(

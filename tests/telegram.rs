@@ -219,25 +219,88 @@ async fn rejected_html_is_sent_again_as_plain_text() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn allowlist_answers_only_allowed_users() {
+async fn allowlist_answers_only_allowed_users_given_as_numbers_or_strings() {
+    for allowed in ["[7]", "[\"7\"]"] {
+        let llm = LlmStandIn::echo().await;
+        let tg = TelegramStandIn::start().await;
+        let work = Workdir::new(&config(
+            &llm.url,
+            &tg.url,
+            &format!("access = \"allowlist\"\nallowed_users = {allowed}"),
+        ));
+        let _service = Service::start(&work, ENV).await;
+        tg.push_message(dm(8, 1, "let me in"));
+        tg.push_message(dm(7, 2, "hi"));
+        texts_settle(&tg, 7, |t| !t.is_empty()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(tg.texts(8).is_empty(), "{allowed}: a stranger gets nothing");
+        assert_eq!(
+            llm.count(),
+            1,
+            "{allowed}: a stranger's message never reaches the model"
+        );
+    }
+}
+
+/// The stand-in holds idle polls for the whole timeout, like Telegram. 18 s is longer than
+/// teloxide's default 17 s client timeout, which used to fail every quiet poll.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_bot_is_ready_at_once_repeats_idle_polls_silently_and_answers_mid_poll() {
     let llm = LlmStandIn::echo().await;
     let tg = TelegramStandIn::start().await;
     let work = Workdir::new(&config(
         &llm.url,
         &tg.url,
-        "access = \"allowlist\"\nallowed_users = [\"7\"]",
+        "access = \"open\"\npoll_timeout_secs = 18",
     ));
-    let _service = Service::start(&work, ENV).await;
-    tg.push_message(dm(8, 1, "let me in"));
-    tg.push_message(dm(7, 2, "hi"));
-    texts_settle(&tg, 7, |t| !t.is_empty()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(tg.texts(8).is_empty(), "a stranger gets nothing");
-    assert_eq!(
-        llm.count(),
-        1,
-        "a stranger's message never reaches the model"
+    // Service::start waits for /readyz 200: nobody has written yet.
+    let started = std::time::Instant::now();
+    let service = Service::start(&work, ENV).await;
+    let ready_after = started.elapsed();
+    assert!(
+        tg.calls("getUpdates").is_empty(),
+        "ready before any poll returned (took {ready_after:?})"
     );
+
+    let idle = common::wait_for(
+        "two idle polls answered with no updates",
+        Duration::from_secs(60),
+        || async {
+            let polls = tg.calls("getUpdates");
+            (polls.len() >= 2).then_some(polls)
+        },
+    )
+    .await;
+    for poll in &idle[..2] {
+        assert_eq!(poll.status, 200);
+        assert_eq!(poll.params["timeout"], 18, "the configured poll timeout is asked for");
+    }
+    let held = idle[1].at - idle[0].at;
+    assert!(
+        held >= Duration::from_secs(17),
+        "the second poll was held for the full timeout, not cut short and retried: {held:?}"
+    );
+    let logs = service.logs();
+    assert!(
+        !logs.contains("getUpdates failed"),
+        "idle polls are not errors:\n{logs}"
+    );
+    let ready = reqwest::get(format!("{}/readyz", service.base)).await.unwrap();
+    assert_eq!(ready.status(), 200, "still ready after quiet polls");
+
+    // The third poll is now held open; a message arriving meanwhile is answered at once,
+    // long before the poll would have ended.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = std::time::Instant::now();
+    tg.push_message(dm(7, 1, "are you there?"));
+    common::wait_for("the mid-poll answer", Duration::from_secs(8), || async {
+        tg.texts(7)
+            .iter()
+            .any(|t| t == "echo: are you there?")
+            .then_some(())
+    })
+    .await;
+    eprintln!("answered {:?} after the message was sent", sent.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread")]

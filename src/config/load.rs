@@ -232,6 +232,12 @@ fn validate(
     if config.subagents.max_concurrent == 0 {
         problem("subagents.max_concurrent", "must be at least 1".into());
     }
+    if !(1..=600).contains(&config.channels.telegram.poll_timeout_secs) {
+        problem(
+            "channels.telegram.poll_timeout_secs",
+            "must be between 1 and 600".into(),
+        );
+    }
     if config.sandbox.cpus <= 0.0 {
         problem("sandbox.cpus", "must be greater than 0".into());
     }

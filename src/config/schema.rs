@@ -225,11 +225,26 @@ impl Default for SandboxConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsConfig {
     pub host_exec: bool,
     pub web_fetch_allow_private: bool,
+    /// How long one tool call may run before it is stopped (its result says so).
+    pub timeout_secs: u64,
+    /// An explicit proxy for `web_fetch` (the system proxy variables are never used).
+    pub web_fetch_proxy: String,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            host_exec: false,
+            web_fetch_allow_private: false,
+            timeout_secs: 120,
+            web_fetch_proxy: String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -263,9 +278,12 @@ pub struct TelegramConfig {
     pub api_url: String,
     pub mode: TelegramMode,
     pub access: AccessMode,
+    #[serde(deserialize_with = "user_ids")]
     pub allowed_users: Vec<String>,
     pub require_mention_in_groups: bool,
     pub stream_edit_interval_ms: u64,
+    /// How long one `getUpdates` long poll is held open by Telegram when idle.
+    pub poll_timeout_secs: u64,
 }
 
 impl Default for TelegramConfig {
@@ -279,6 +297,7 @@ impl Default for TelegramConfig {
             allowed_users: Vec::new(),
             require_mention_in_groups: true,
             stream_edit_interval_ms: 1000,
+            poll_timeout_secs: 25,
         }
     }
 }
@@ -290,6 +309,7 @@ pub struct DiscordConfig {
     pub token_env: String,
     pub api_url: String,
     pub access: AccessMode,
+    #[serde(deserialize_with = "user_ids")]
     pub allowed_users: Vec<String>,
     pub require_mention_in_guilds: bool,
     pub stream_edit_interval_ms: u64,
@@ -323,4 +343,24 @@ impl Default for WebhookConfig {
             callback_url: String::new(),
         }
     }
+}
+
+/// Platform user ids as strings; numbers are accepted too (`allowed_users = [7]`), since
+/// Telegram and Discord ids are numbers.
+fn user_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Text(String),
+        Number(i64),
+        Unsigned(u64),
+    }
+    Ok(Vec::<Id>::deserialize(d)?
+        .into_iter()
+        .map(|id| match id {
+            Id::Text(s) => s,
+            Id::Number(n) => n.to_string(),
+            Id::Unsigned(n) => n.to_string(),
+        })
+        .collect())
 }

@@ -29,6 +29,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 
+/// Turn starts after which a journal entry whose turns never finish is given up.
+pub const MAX_TURN_ATTEMPTS: i64 = 3;
+
 /// Channels by instance name, for streaming deltas.
 pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
 
@@ -256,8 +259,8 @@ impl Engine {
             last_model: output.model,
             now_ms: crate::clock::now_ms(),
         };
-        match self.store.commit_turn(&commit).await {
-            Ok(_) => {}
+        match self.commit_durably(&commit).await {
+            Ok(()) => {}
             // Another attempt already answered it: the earlier answer stands, this one is dropped.
             Err(StoreError::AlreadyAnswered(id)) => {
                 tracing::warn!(
@@ -270,6 +273,45 @@ impl Engine {
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
         Ok(())
+    }
+
+    /// Commit a finished turn, waiting out a database that cannot write (a full disk, a
+    /// restarting server) instead of throwing the turn's work away: the lane holds its
+    /// place, so order is kept, and the commit lands as soon as writes work again. Only
+    /// `AlreadyAnswered` and corrupt data end it early.
+    async fn commit_durably(&self, commit: &TurnCommit) -> Result<(), StoreError> {
+        let mut wait = std::time::Duration::from_millis(100);
+        for attempt in 1u64.. {
+            match self.store.commit_turn(commit).await {
+                Ok(_) => return Ok(()),
+                Err(err @ (StoreError::AlreadyAnswered(_) | StoreError::Corrupt(_))) => {
+                    return Err(err);
+                }
+                Err(err) => {
+                    if attempt == 1 || attempt.is_multiple_of(20) {
+                        tracing::warn!(journal_id = ?commit.journal_id, attempt, error = %err, "could not commit a turn; retrying until the database takes writes");
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                }
+            }
+        }
+        unreachable!("the loop only ends by returning")
+    }
+
+    /// Count a new attempt at the turn of `entry`; returns the attempts so far, this one
+    /// included. An entry that keeps killing the process is given up after
+    /// `MAX_TURN_ATTEMPTS` (see the lane).
+    pub async fn begin_attempt(&self, entry: &JournalEntry) -> Result<i64, StoreError> {
+        self.store.journal_begin_attempt(entry.id).await
+    }
+
+    /// Answer a journal entry whose turn was started `MAX_TURN_ATTEMPTS` times without
+    /// finishing (each start ended with the process dying).
+    pub async fn answer_given_up(&self, entry: &JournalEntry) -> Result<(), StoreError> {
+        let text = "⚠️ This message could not be processed: handling it stopped the service several times, so it was given up. Please rephrase or try again later.";
+        self.answer(entry, Some((OutboundKind::Error, text.into())))
+            .await
     }
 
     /// What tools may know of this turn.
@@ -317,6 +359,10 @@ impl Engine {
             store: self.store.clone(),
             outbox: self.outbox.clone(),
             plan,
+            // Only a user's turn is redone after a crash (a subagent's entry is not journalled).
+            effects: (persona.is_none_or(|p| p.depth == 0) && entry.id > 0)
+                .then(|| crate::tools::EffectLog::for_journal_entry(entry.id, entry.attempts)),
+            time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
         }
     }
 
@@ -380,8 +426,8 @@ impl Engine {
             last_model: None,
             now_ms: crate::clock::now_ms(),
         };
-        match self.store.commit_turn(&commit).await {
-            Ok(_) | Err(StoreError::AlreadyAnswered(_)) => {}
+        match self.commit_durably(&commit).await {
+            Ok(()) | Err(StoreError::AlreadyAnswered(_)) => {}
             Err(err) => return Err(err),
         }
         self.outbox.kick(&route.channel);

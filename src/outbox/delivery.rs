@@ -12,6 +12,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const BATCH: i64 = 512;
+/// Delivery attempts after which a message is given up and marked failed.
+const MAX_ATTEMPTS: i64 = 50;
 
 /// A delivered message: its outbox id and the platform's id for it.
 type Delivery = (i64, Option<String>);
@@ -99,7 +101,7 @@ impl DeliveryWorker {
         let _one_pass = self.pass_lock.lock().await;
         let pending = self
             .store
-            .outbox_pending(self.channel.name(), BATCH)
+            .outbox_pending(self.channel.name(), BATCH, now_ms())
             .await?;
         let more = pending.len() as i64 == BATCH;
         let mut conversations: BTreeMap<(String, Option<String>), Vec<OutboxEntry>> =
@@ -131,10 +133,13 @@ impl DeliveryWorker {
         for (r, _) in results {
             total.delivered += r.delivered;
             total.deferred += r.deferred;
-            total.next_attempt_at = match (total.next_attempt_at, r.next_attempt_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        }
+        // Rows this pass did not read may be waiting too (beyond the batch, or held back).
+        if !total.more {
+            total.next_attempt_at = self
+                .store
+                .outbox_next_attempt(self.channel.name(), now_ms())
+                .await?;
         }
         Ok(total)
     }
@@ -199,6 +204,14 @@ impl DeliveryWorker {
                     let backoff = retry_after
                         .unwrap_or_else(|| backoff(entry.attempts))
                         .min(MAX_BACKOFF);
+                    if entry.attempts + 1 >= MAX_ATTEMPTS {
+                        tracing::error!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery given up; message marked failed");
+                        let _ = self
+                            .store
+                            .outbox_mark_rejected(id, &format!("gave up after {MAX_ATTEMPTS} attempts: {reason}"))
+                            .await;
+                        continue;
+                    }
                     let at = now_ms() + backoff.as_millis() as i64;
                     tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
                     let _ = self.store.outbox_retry_later(id, at, &reason).await;

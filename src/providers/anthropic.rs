@@ -1,6 +1,7 @@
 //! Anthropic Messages API (`POST {base_url}/v1/messages`, SSE streaming, tool use).
 
 use super::openai::classify_status;
+use super::stream_limits;
 use super::{
     ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
 };
@@ -105,11 +106,12 @@ impl ModelProvider for AnthropicProvider {
                 .map_err(|e| ProviderError::Protocol(format!("bad stream event: {e}")))?;
             let kind = data["type"].as_str().unwrap_or(event.event.as_str());
             if kind == "message_stop" {
+                out.finished = true;
                 break;
             }
             out.push(kind, &data, on_delta)?;
         }
-        Ok(out.finish())
+        out.finish()
     }
 }
 
@@ -120,6 +122,8 @@ struct Assembly {
     /// (block index, call) for tool_use blocks.
     calls: Vec<(u64, ToolCall)>,
     usage: Usage,
+    /// `message_stop` or a `stop_reason` was seen: the answer is complete.
+    finished: bool,
 }
 
 impl Assembly {
@@ -139,12 +143,24 @@ impl Assembly {
             "content_block_start" => {
                 let block = &data["content_block"];
                 if block["type"] == "tool_use" {
+                    if self.calls.len() >= stream_limits::MAX_TOOL_CALLS {
+                        return Err(ProviderError::Protocol(format!(
+                            "more than {} tool calls in one answer",
+                            stream_limits::MAX_TOOL_CALLS
+                        )));
+                    }
                     let index = data["index"].as_u64().unwrap_or(0);
                     self.calls.push((
                         index,
                         ToolCall {
-                            id: block["id"].as_str().unwrap_or_default().to_string(),
-                            name: block["name"].as_str().unwrap_or_default().to_string(),
+                            id: stream_limits::short_text(
+                                "id",
+                                block["id"].as_str().unwrap_or_default(),
+                            )?,
+                            name: stream_limits::short_text(
+                                "name",
+                                block["name"].as_str().unwrap_or_default(),
+                            )?,
                             arguments: String::new(),
                         },
                     ));
@@ -171,6 +187,9 @@ impl Assembly {
                 }
             }
             "message_delta" => {
+                if data.pointer("/delta/stop_reason").is_some_and(Value::is_string) {
+                    self.finished = true;
+                }
                 if let Some(n) = data.pointer("/usage/output_tokens").and_then(Value::as_i64) {
                     self.usage.output_tokens = n;
                 }
@@ -196,8 +215,11 @@ impl Assembly {
         Ok(())
     }
 
-    fn finish(self) -> ChatResponse {
-        ChatResponse {
+    fn finish(self) -> Result<ChatResponse, ProviderError> {
+        if !self.finished {
+            return Err(super::sse::cut_off());
+        }
+        Ok(ChatResponse {
             content: self.text,
             tool_calls: self
                 .calls
@@ -210,6 +232,36 @@ impl Assembly {
                 })
                 .collect(),
             usage: self.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_without_message_stop_or_stop_reason_is_an_error_not_a_reply() {
+        let mut asm = Assembly::default();
+        let delta = serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"half"}});
+        asm.push("content_block_delta", &delta, &|_| {}).unwrap();
+        assert!(matches!(asm.finish(), Err(ProviderError::Protocol(_))));
+    }
+
+    proptest::proptest! {
+        /// Any sequence of events, well-formed or not: no panic, and what is held stays
+        /// within the bounds.
+        #[test]
+        fn arbitrary_events_never_panic_and_stay_bounded(events in proptest::collection::vec(stream_limits::arbitrary_chunk(), 0..80)) {
+            let mut asm = Assembly::default();
+            for event in &events {
+                let kind = event["type"].as_str().unwrap_or("content_block_start").to_string();
+                if asm.push(&kind, event, &|_| {}).is_err() {
+                    break;
+                }
+                proptest::prop_assert!(asm.calls.len() <= stream_limits::MAX_TOOL_CALLS);
+            }
+            let _ = asm.finish();
         }
     }
 }

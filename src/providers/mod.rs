@@ -9,6 +9,7 @@
 mod anthropic;
 mod chain;
 mod openai;
+mod stream_limits;
 mod sse;
 
 pub use anthropic::AnthropicProvider;

@@ -2,7 +2,7 @@
 //! Also serves OpenRouter, Ollama, vLLM and llama.cpp servers.
 
 use super::{
-    ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
+    stream_limits, ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
 };
 use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
@@ -80,35 +80,45 @@ impl ModelProvider for OpenAiProvider {
         while let Some(event) = super::sse::next(&mut events).await {
             let event = event?;
             if event.data.trim() == "[DONE]" {
+                out.finished = true;
                 break;
             }
             let chunk: Value = serde_json::from_str(&event.data)
                 .map_err(|e| ProviderError::Protocol(format!("bad stream chunk: {e}")))?;
             if let Some(err) = chunk.get("error") {
-                return Err(classify_status(500, &err.to_string(), None));
+                return Err(classify_status(500, &short(&err.to_string()), None));
             }
-            out.push(&chunk, on_delta);
+            out.push(&chunk, on_delta)?;
         }
-        Ok(out.finish())
+        out.finish()
     }
 }
 
-/// Reassembles streamed content and tool-call fragments (keyed by `index`).
+/// Reassembles streamed content and tool-call fragments (keyed by `index`, bounded by
+/// `stream_limits`).
 #[derive(Default)]
 struct StreamAssembly {
     content: String,
     calls: Vec<ToolCall>,
     usage: Usage,
+    /// `[DONE]` or a `finish_reason` was seen: the answer is complete.
+    finished: bool,
 }
 
 impl StreamAssembly {
-    fn push(&mut self, chunk: &Value, on_delta: DeltaSink<'_>) {
+    fn push(&mut self, chunk: &Value, on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
         if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
             self.usage.input_tokens = usage["prompt_tokens"].as_i64().unwrap_or(0);
             self.usage.output_tokens = usage["completion_tokens"].as_i64().unwrap_or(0);
         }
+        if chunk
+            .pointer("/choices/0/finish_reason")
+            .is_some_and(Value::is_string)
+        {
+            self.finished = true;
+        }
         let Some(delta) = chunk.pointer("/choices/0/delta") else {
-            return;
+            return Ok(());
         };
         if let Some(text) = delta.get("content").and_then(Value::as_str)
             && !text.is_empty()
@@ -117,10 +127,10 @@ impl StreamAssembly {
             on_delta(text);
         }
         let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) else {
-            return;
+            return Ok(());
         };
         for fragment in calls {
-            let index = fragment["index"].as_u64().unwrap_or(0) as usize;
+            let index = stream_limits::tool_index(&fragment["index"])?;
             while self.calls.len() <= index {
                 self.calls.push(ToolCall {
                     id: String::new(),
@@ -130,13 +140,13 @@ impl StreamAssembly {
             }
             let call = &mut self.calls[index];
             if let Some(id) = fragment["id"].as_str() {
-                call.id = id.to_string();
+                call.id = stream_limits::short_text("id", id)?;
             }
             // Some servers repeat the full name in every fragment: set, never append.
             if let Some(name) = fragment.pointer("/function/name").and_then(Value::as_str)
                 && !name.is_empty()
             {
-                call.name = name.to_string();
+                call.name = stream_limits::short_text("name", name)?;
             }
             if let Some(args) = fragment
                 .pointer("/function/arguments")
@@ -145,9 +155,13 @@ impl StreamAssembly {
                 call.arguments.push_str(args);
             }
         }
+        Ok(())
     }
 
-    fn finish(mut self) -> ChatResponse {
+    fn finish(mut self) -> Result<ChatResponse, ProviderError> {
+        if !self.finished {
+            return Err(super::sse::cut_off());
+        }
         for (i, call) in self.calls.iter_mut().enumerate() {
             if call.id.is_empty() {
                 call.id = format!("call_{i}");
@@ -156,11 +170,11 @@ impl StreamAssembly {
                 call.arguments = "{}".into();
             }
         }
-        ChatResponse {
+        Ok(ChatResponse {
             content: self.content,
             tool_calls: self.calls,
             usage: self.usage,
-        }
+        })
     }
 }
 
@@ -277,12 +291,56 @@ mod tests {
             json!({"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"list_files","arguments":""}}]}}]}),
         ];
         for c in &chunks {
-            asm.push(c, &sink);
+            asm.push(c, &sink).unwrap();
         }
-        let out = asm.finish();
+        assert!(!asm.finished, "no [DONE] or finish_reason yet");
+        asm.finished = true;
+        let out = asm.finish().unwrap();
         assert_eq!(out.tool_calls.len(), 2);
         assert_eq!(out.tool_calls[0].name, "get_time");
         assert_eq!(out.tool_calls[0].arguments, r#"{"tz":"UTC"}"#);
         assert_eq!(out.tool_calls[1].arguments, "{}");
+    }
+
+    #[test]
+    fn a_stream_without_done_or_finish_reason_is_an_error_not_a_reply() {
+        let mut asm = StreamAssembly::default();
+        asm.push(&json!({"choices":[{"delta":{"content":"half an ans"}}]}), &|_| {})
+            .unwrap();
+        assert!(matches!(asm.finish(), Err(ProviderError::Protocol(_))));
+        let mut asm = StreamAssembly::default();
+        asm.push(
+            &json!({"choices":[{"delta":{"content":"whole"},"finish_reason":"stop"}]}),
+            &|_| {},
+        )
+        .unwrap();
+        assert_eq!(asm.finish().unwrap().content, "whole");
+    }
+
+    #[test]
+    fn a_huge_tool_call_index_is_a_protocol_error_not_an_allocation() {
+        let mut asm = StreamAssembly::default();
+        let chunk = json!({"choices":[{"delta":{"tool_calls":[{"index":18446744073709551615u64,"id":"x","function":{"name":"f","arguments":"{}"}}]}}]});
+        assert!(matches!(
+            asm.push(&chunk, &|_| {}),
+            Err(ProviderError::Protocol(_))
+        ));
+        assert!(asm.calls.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any sequence of chunks, well-formed or not: no panic, and what is held stays
+        /// within the bounds.
+        #[test]
+        fn arbitrary_chunks_never_panic_and_stay_bounded(chunks in proptest::collection::vec(super::super::stream_limits::arbitrary_chunk(), 0..24)) {
+            let mut asm = StreamAssembly::default();
+            for chunk in &chunks {
+                if asm.push(chunk, &|_| {}).is_err() {
+                    break;
+                }
+                proptest::prop_assert!(asm.calls.len() <= stream_limits::MAX_TOOL_CALLS);
+            }
+            let _ = asm.finish();
+        }
     }
 }

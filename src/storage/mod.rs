@@ -40,7 +40,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Store: Send + Sync {
     /// Apply pending migrations.
     async fn migrate(&self) -> StoreResult<()>;
-    /// A cheap round trip (used by `/readyz`).
+    /// A cheap write round trip (used by `/readyz`): fails when the database cannot write.
     async fn ping(&self) -> StoreResult<()>;
 
     /// Journal an inbound message. A message already journalled for the same channel, chat
@@ -51,6 +51,9 @@ pub trait Store: Send + Sync {
         session_key: &str,
         now_ms: i64,
     ) -> StoreResult<JournalInsert>;
+    /// Count one more turn attempt for a journal entry; returns the count (0 when there is
+    /// no such entry).
+    async fn journal_begin_attempt(&self, id: i64) -> StoreResult<i64>;
     /// Journal entries not yet answered, oldest first.
     async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
     /// State of one journal entry (`pending` or `done`).
@@ -96,8 +99,18 @@ pub trait Store: Send + Sync {
         messages: &[NewOutbound],
         now_ms: i64,
     ) -> StoreResult<Vec<i64>>;
-    /// Undelivered messages of a channel, oldest first.
-    async fn outbox_pending(&self, channel: &str, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
+    /// Undelivered messages of a channel that are due at `now_ms`, oldest first. A
+    /// conversation whose earliest pending message waits for its retry yields nothing (order
+    /// within a conversation), so a receiver that is down costs nothing until it is due.
+    async fn outbox_pending(
+        &self,
+        channel: &str,
+        limit: i64,
+        now_ms: i64,
+    ) -> StoreResult<Vec<OutboxEntry>>;
+    /// The earliest retry time (unix ms) after `now_ms` among the channel's pending messages.
+    async fn outbox_next_attempt(&self, channel: &str, now_ms: i64)
+    -> StoreResult<Option<i64>>;
     /// Mark messages delivered, with the platform id each got, in one statement.
     async fn outbox_mark_delivered(
         &self,
@@ -143,6 +156,16 @@ pub trait Store: Send + Sync {
     async fn pairing_approve(&self, code: &str, now_ms: i64) -> StoreResult<Option<PairingRow>>;
     /// Forget a user on every channel (approved or pending). Returns the rows removed.
     async fn pairing_revoke(&self, user_id: &str) -> StoreResult<u64>;
+    /// The recorded result of a side-effecting tool call of a turn (`crate::tools::EffectLog`).
+    async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> StoreResult<Option<String>>;
+    /// Record the result of a side-effecting tool call of a turn.
+    async fn tool_effect_put(
+        &self,
+        turn_key: &str,
+        call_key: &str,
+        result: &str,
+        now_ms: i64,
+    ) -> StoreResult<()>;
     /// Record a new run.
     async fn run_insert(&self, run: &RunRow) -> StoreResult<()>;
     async fn run_get(&self, id: &str) -> StoreResult<Option<RunRow>>;

@@ -24,6 +24,7 @@ macro_rules! impl_store {
                     id: row.try_get("id")?,
                     session_key: row.try_get("session_key")?,
                     message,
+                    attempts: row.try_get("attempts")?,
                 })
             }
 
@@ -173,7 +174,12 @@ macro_rules! impl_store {
             }
 
             async fn ping(&self) -> $crate::storage::StoreResult<()> {
-                sqlx::query("SELECT 1").execute(&self.read).await?;
+                // A write, not a read: a database that can no longer write (a full disk) is
+                // not ready, although it still answers reads.
+                sqlx::query("INSERT INTO write_probe (id, at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET at = excluded.at")
+                    .bind($crate::clock::now_ms())
+                    .execute(&self.write)
+                    .await?;
                 Ok(())
             }
 
@@ -189,6 +195,7 @@ macro_rules! impl_store {
                         id,
                         session_key: session_key.to_string(),
                         message: message.clone(),
+                        attempts: 0,
                     }));
                 }
                 let (id, session_key): (i64, String) = sqlx::query_as(
@@ -202,9 +209,19 @@ macro_rules! impl_store {
                 Ok($crate::storage::JournalInsert::Duplicate { id, session_key })
             }
 
+            async fn journal_begin_attempt(&self, id: i64) -> $crate::storage::StoreResult<i64> {
+                let attempts: Option<i64> = sqlx::query_scalar(
+                    "UPDATE inbound SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts",
+                )
+                .bind(id)
+                .fetch_optional(&self.write)
+                .await?;
+                Ok(attempts.unwrap_or(0))
+            }
+
             async fn journal_pending(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::JournalEntry>> {
                 let rows = sqlx::query(
-                    "SELECT id, session_key, payload FROM inbound WHERE state = 'pending' ORDER BY id",
+                    "SELECT id, session_key, payload, attempts FROM inbound WHERE state = 'pending' ORDER BY id",
                 )
                 .fetch_all(&self.read)
                 .await?;
@@ -340,6 +357,11 @@ macro_rules! impl_store {
                     if done.rows_affected() != 1 {
                         return Err($crate::storage::StoreError::AlreadyAnswered(journal_id));
                     }
+                    // The turn is answered: its recorded side effects are no longer needed.
+                    sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
+                        .bind($crate::storage::effects_key(journal_id))
+                        .execute(&mut *tx)
+                        .await?;
                 }
                 if !turn.entries.is_empty() {
                     // One statement for all of the turn's transcript entries.
@@ -395,12 +417,28 @@ macro_rules! impl_store {
                 Ok(ids)
             }
 
-            async fn outbox_pending(&self, channel: &str, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+            async fn outbox_next_attempt(&self, channel: &str, now_ms: i64) -> $crate::storage::StoreResult<Option<i64>> {
+                let at: Option<i64> = sqlx::query_scalar(
+                    "SELECT MIN(next_attempt_at) FROM outbox WHERE channel = $1 AND state = 'pending' AND next_attempt_at > $2",
+                )
+                .bind(channel)
+                .bind(now_ms)
+                .fetch_one(&self.read)
+                .await?;
+                Ok(at)
+            }
+
+            async fn outbox_pending(&self, channel: &str, limit: i64, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
                 let rows = sqlx::query(
-                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' ORDER BY o.id LIMIT $2"),
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
+                     AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.channel = o.channel AND w.state = 'pending' \
+                         AND w.chat_id = o.chat_id AND w.next_attempt_at > $3 AND w.id <= o.id \
+                         AND w.thread_id IS NOT DISTINCT FROM o.thread_id) \
+                     ORDER BY o.id LIMIT $2"),
                 )
                 .bind(channel)
                 .bind(limit)
+                .bind(now_ms)
                 .fetch_all(&self.read)
                 .await?;
                 rows.iter().map(Self::decode_outbox).collect()
@@ -562,6 +600,25 @@ macro_rules! impl_store {
                     .rows_affected())
             }
 
+            async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> $crate::storage::StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar("SELECT result FROM tool_effects WHERE turn_key = $1 AND call_key = $2")
+                    .bind(turn_key)
+                    .bind(call_key)
+                    .fetch_optional(&self.read)
+                    .await?)
+            }
+
+            async fn tool_effect_put(&self, turn_key: &str, call_key: &str, result: &str, now_ms: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query("INSERT INTO tool_effects (turn_key, call_key, result, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+                    .bind(turn_key)
+                    .bind(call_key)
+                    .bind(result)
+                    .bind(now_ms)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
             async fn run_insert(&self, run: &$crate::storage::RunRow) -> $crate::storage::StoreResult<()> {
                 let route = serde_json::to_string(&run.origin_route)
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
@@ -656,6 +713,7 @@ macro_rules! impl_store {
                         id,
                         session_key: parent_key.clone(),
                         message: message.clone(),
+                        attempts: 0,
                     });
                 }
                 tx.commit().await?;

@@ -1,7 +1,7 @@
 //! The SQLite store: one file, WAL, a single writer connection and a few readers.
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Pool, Sqlite};
+use sqlx::{ConnectOptions, Connection, Pool, Sqlite};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -23,6 +23,17 @@ impl SqliteStore {
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            // A write that failed mid-transaction (disk full, I/O error) can leave the
+            // connection believing it is still inside a transaction (SQLite rolled back on
+            // its own, sqlx's ROLLBACK then failed). Such a connection would turn every later
+            // transaction into a savepoint of a dead one; replace it instead. The ping first
+            // lets any rollback queued by a dropped transaction run.
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move {
+                    conn.ping().await?;
+                    Ok(!conn.is_in_transaction())
+                })
+            })
             .connect_with(options.clone())
             .await?;
         let read = SqlitePoolOptions::new()

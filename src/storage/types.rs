@@ -2,12 +2,21 @@
 
 use ferroclaw_channel_core::{ChatRoute, InboundMessage, OutboundKind, OutboundMessage};
 
+/// The key under which the side effects of a journal entry's turn are recorded
+/// (`tool_effects.turn_key`).
+pub fn effects_key(journal_id: i64) -> String {
+    format!("j{journal_id}")
+}
+
 /// One journalled inbound message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalEntry {
     pub id: i64,
     pub session_key: String,
     pub message: InboundMessage,
+    /// Turns started for it so far (this one included while a turn runs). More than one
+    /// means the turn is being redone: its recorded side effects are replayed, not repeated.
+    pub attempts: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

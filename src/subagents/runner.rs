@@ -162,6 +162,7 @@ async fn execute(
         step += 1;
         let entry = JournalEntry {
             id: 0,
+            attempts: 0,
             session_key: key.clone(),
             message: InboundMessage {
                 route: route.clone(),

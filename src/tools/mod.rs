@@ -5,12 +5,14 @@
 //! and returns text for the model. Errors are returned to the model as the tool result; they
 //! never end a turn. Tools do not know channels or the engine's loop.
 
+mod effects;
 mod files;
 mod message;
 mod plan_tool;
 mod subagent_tools;
 mod web_fetch;
 
+pub use effects::EffectLog;
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::PlanTool;
@@ -40,6 +42,11 @@ pub struct ToolContext {
     pub plan: Option<Arc<crate::plan::PlanTracker>>,
     /// Where `sessions_spawn` children of this turn belong (None where spawning is off).
     pub spawn: Option<Arc<crate::subagents::SpawnScope>>,
+    /// Side effects of this turn already carried out (a user's turn; None for subagents,
+    /// which are not redone after a crash).
+    pub effects: Option<EffectLog>,
+    /// How long one tool call may run (`tools.timeout_secs`) unless the tool says otherwise.
+    pub time_limit: std::time::Duration,
 }
 
 /// A tool failure, shown to the model as the result.
@@ -64,6 +71,11 @@ pub trait Tool: Send + Sync {
         false
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError>;
+    /// How long a call with these arguments may run, when it is not the configured default
+    /// (a call that waits for something for a time it names).
+    fn time_limit(&self, _args: &Value) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 pub struct ToolRegistry {
@@ -85,12 +97,12 @@ impl ToolRegistry {
     }
 
     /// The built-in tools for this configuration.
-    pub fn builtin(allow_private: bool) -> Self {
+    pub fn builtin(allow_private: bool, web_fetch_proxy: &str) -> Self {
         Self::new(vec![
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(ListFiles),
-            Arc::new(WebFetch::new(allow_private)),
+            Arc::new(WebFetch::new(allow_private, web_fetch_proxy)),
             Arc::new(MessageTool),
             Arc::new(PlanTool),
             Arc::new(SessionsSpawn),
@@ -177,6 +189,30 @@ impl ToolRegistry {
                 problems.join("; ")
             )));
         }
-        tool.run(args, cx).await
+        // A turn redone after a crash: an effect this call already had is not repeated.
+        let effect = match (&cx.effects, tool.read_only()) {
+            (Some(log), false) => {
+                let key = log.call_key(tool.name(), &args);
+                if let Some(result) = log.recorded(&*cx.store, &key).await {
+                    tracing::info!(tool = tool.name(), "tool call already done before a restart; replaying its result");
+                    return Ok(result);
+                }
+                Some((log, key))
+            }
+            _ => None,
+        };
+        let limit = tool.time_limit(&args).unwrap_or(cx.time_limit);
+        let result = match tokio::time::timeout(limit, tool.run(args, cx)).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError(format!(
+                "`{}` did not finish within {} s and was stopped",
+                tool.name(),
+                limit.as_secs()
+            ))),
+        };
+        if let (Some((log, key)), Ok(text)) = (effect, &result) {
+            log.record(&*cx.store, &key, text).await;
+        }
+        result
     }
 }

@@ -92,6 +92,11 @@ impl Tool for SubagentsTool {
             "additionalProperties": false
         })
     }
+    fn time_limit(&self, args: &Value) -> Option<Duration> {
+        // `wait` waits as long as it was asked to, and a little more to report.
+        (args["action"] == "wait")
+            .then(|| Duration::from_secs(args["timeout_secs"].as_u64().unwrap_or(60) + 5))
+    }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let scope = scope(cx)?;
         let registry = &scope.registry;

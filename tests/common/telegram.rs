@@ -1,6 +1,8 @@
 //! A Telegram Bot API stand-in on loopback, driven by the real teloxide client: answers
 //! `/bot<TOKEN>/<Method>` (method names matched case-insensitively, JSON or multipart
 //! bodies), re-delivers updates until a later offset confirms them, and records every call.
+//! Like the real server it holds an idle `getUpdates` open for the whole requested `timeout`
+//! (and answers at once when an update arrives meanwhile).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -227,7 +229,7 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
         "deletewebhook" | "setwebhook" | "setmycommands" | "sendchataction" => ok(json!(true)),
         "getupdates" => {
             let offset = params["offset"].as_i64().unwrap_or(0);
-            let timeout = params["timeout"].as_u64().unwrap_or(0).min(1);
+            let timeout = params["timeout"].as_u64().unwrap_or(0);
             let deadline = Instant::now() + Duration::from_secs(timeout);
             loop {
                 let notified = inner.new_update.notified();

@@ -27,19 +27,30 @@ pub struct ChatRoute {
 }
 
 impl ChatRoute {
-    /// The stable session key for this route (SPEC section 3).
+    /// The stable session key for this route (SPEC section 3). Chat and thread ids are
+    /// escaped (`%` → `%25`, `:` → `%3A`) so no two routes share a key: conversation
+    /// `bob:thread:t1` and conversation `bob` with thread `t1` stay apart.
     pub fn session_key(&self) -> String {
+        let chat = escape(&self.chat_id);
         let mut key = match self.kind {
-            ChatKind::Direct => format!("agent:main:{}:dm:{}", self.channel, self.chat_id),
-            ChatKind::Group => format!("agent:main:{}:group:{}", self.channel, self.chat_id),
-            ChatKind::Conversation => format!("agent:main:{}:{}", self.channel, self.chat_id),
+            ChatKind::Direct => format!("agent:main:{}:dm:{chat}", self.channel),
+            ChatKind::Group => format!("agent:main:{}:group:{chat}", self.channel),
+            ChatKind::Conversation => format!("agent:main:{}:{chat}", self.channel),
         };
         if let Some(thread) = &self.thread_id {
             key.push_str(":thread:");
-            key.push_str(thread);
+            key.push_str(&escape(thread));
         }
         key
     }
+}
+
+/// One key component with the separator (and the escape character itself) escaped.
+fn escape(component: &str) -> std::borrow::Cow<'_, str> {
+    if !component.contains([':', '%']) {
+        return std::borrow::Cow::Borrowed(component);
+    }
+    std::borrow::Cow::Owned(component.replace('%', "%25").replace(':', "%3A"))
 }
 
 #[cfg(test)]
@@ -91,5 +102,23 @@ mod tests {
         for (route, expected) in cases {
             assert_eq!(route.session_key(), expected);
         }
+    }
+
+    #[test]
+    fn routes_that_differ_never_share_a_session_key() {
+        let c = ChatKind::Conversation;
+        let routes = [
+            route("webhook:w", c, "bob:thread:t1", None),
+            route("webhook:w", c, "bob", Some("t1")),
+            route("webhook:w", c, "bob%3Athread%3At1", None),
+            route("webhook:w", c, "bob:thread", Some("t1")),
+            route("webhook:w", c, "bob", Some("t1:x")),
+            route("webhook:w", c, "bob:thread:t1:x", None),
+            route("webhook:w", ChatKind::Direct, "x", None),
+            route("webhook:w", c, "dm:x", None),
+        ];
+        let keys: std::collections::HashSet<String> =
+            routes.iter().map(ChatRoute::session_key).collect();
+        assert_eq!(keys.len(), routes.len(), "{keys:?}");
     }
 }

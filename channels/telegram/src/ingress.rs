@@ -26,6 +26,8 @@ pub const WEBHOOK_PATH: &str = "/v1/telegram/webhook";
 
 pub(crate) struct Shared {
     pub(crate) bot: Bot,
+    /// The same bot on a client whose timeout outlasts the long poll (`getUpdates` only).
+    pub(crate) poll_bot: Bot,
     pub(crate) inbox: OnceLock<Arc<dyn Inbox>>,
     pub(crate) me: OnceLock<Me>,
     pub(crate) webhook_secret: String,
@@ -142,17 +144,22 @@ async fn connect(shared: &Shared, cancel: &CancellationToken) -> Option<Me> {
     Some(me)
 }
 
+/// Consecutive failed polls after which the channel reports not ready.
+const FAILURES_BEFORE_NOT_READY: u32 = 3;
+
 async fn poll(shared: &Shared, cancel: &CancellationToken) {
     if let Err(e) = shared.bot.delete_webhook().await {
         tracing::warn!(error = %shared.channel.redact(e.to_string()), "deleteWebhook failed");
     }
+    // Connected and polling: a quiet bot is a healthy bot.
+    shared.channel.ready.store(true, Ordering::Release);
     let me = shared.me.get().expect("set before polling").clone();
     let timeout = shared.settings.poll_timeout.as_secs() as u32;
     let mut offset: i32 = 0;
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::default();
     loop {
         let request = shared
-            .bot
+            .poll_bot
             .get_updates()
             .offset(offset)
             .timeout(timeout)
@@ -161,10 +168,10 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             _ = cancel.cancelled() => break,
             r = request.send() => r,
         };
-        match result {
+        let pause = match result {
             Ok(updates) => {
+                backoff.reset();
                 shared.channel.ready.store(true, Ordering::Release);
-                backoff = Duration::from_millis(500);
                 for update in updates {
                     if let Some(message) = shared.wanted(&update, &me)
                         && !shared.hand_over(message, cancel).await
@@ -174,21 +181,21 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
                     // Only now is the update ours to keep: move past it.
                     offset = update.id.0 as i32 + 1;
                 }
+                continue;
             }
-            Err(RequestError::RetryAfter(seconds)) => {
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(seconds.duration()) => {}
-                }
-            }
+            Err(RequestError::RetryAfter(seconds)) => seconds.duration(),
             Err(e) => {
-                tracing::warn!(error = %shared.channel.redact(e.to_string()), "getUpdates failed");
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => {}
+                let failures = backoff.failed();
+                tracing::warn!(error = %shared.channel.redact(e.to_string()), failures, "getUpdates failed");
+                if failures >= FAILURES_BEFORE_NOT_READY {
+                    shared.channel.ready.store(false, Ordering::Release);
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                backoff.delay()
             }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
         }
     }
     // Confirm what was journalled so Telegram does not send it again after a clean stop.
@@ -198,6 +205,54 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             shared.bot.get_updates().offset(offset).timeout(0).send(),
         )
         .await;
+    }
+}
+
+/// Exponential back-off for real polling errors (never for an idle poll): 0.5 s doubling
+/// to 30 s, back to the start on the next success.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    fn failed(&mut self) -> u32 {
+        self.failures = self.failures.saturating_add(1);
+        self.failures
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    fn delay(&self) -> Duration {
+        let exp = self.failures.saturating_sub(1).min(6);
+        (Duration::from_millis(500) * 2u32.pow(exp)).min(Duration::from_secs(30))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_to_thirty_and_resets_on_success() {
+        let mut b = Backoff::default();
+        let delays: Vec<Duration> = (0..9)
+            .map(|_| {
+                b.failed();
+                b.delay()
+            })
+            .collect();
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_secs(1));
+        assert_eq!(delays[5], Duration::from_secs(16));
+        assert_eq!(delays[6], Duration::from_secs(30));
+        assert_eq!(delays[8], Duration::from_secs(30));
+        b.reset();
+        b.failed();
+        assert_eq!(b.delay(), Duration::from_millis(500));
     }
 }
 

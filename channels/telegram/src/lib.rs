@@ -45,6 +45,20 @@ pub struct Settings {
     pub commands: Vec<(String, String)>,
 }
 
+/// Total timeout of ordinary Bot API calls (teloxide's own default).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(17);
+/// How much longer than the long-poll timeout a `getUpdates` request may take.
+const POLL_MARGIN: Duration = Duration::from_secs(10);
+
+/// teloxide's recommended client settings (connect timeout, `tcp_nodelay`) with our total
+/// timeout.
+fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+    teloxide::net::default_reqwest_settings()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| format!("cannot build the Telegram HTTP client: {e}"))
+}
+
 /// One Telegram bot: its delivery channel and its update source.
 pub struct Telegram {
     channel: Arc<TelegramChannel>,
@@ -57,7 +71,13 @@ impl Telegram {
         let url = url::Url::parse(&settings.api_url)
             .map_err(|e| format!("channels.telegram.api_url is not a URL: {e}"))?;
         let token = settings.token.expose_secret().to_string();
-        let bot = Bot::new(token.clone()).set_api_url(url);
+        let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
+        // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
+        let poll_bot = Bot::with_client(
+            token.clone(),
+            client(settings.poll_timeout + POLL_MARGIN)?,
+        )
+        .set_api_url(url);
         let channel = Arc::new(TelegramChannel::new(
             bot.clone(),
             token.clone(),
@@ -65,6 +85,7 @@ impl Telegram {
         ));
         let shared = Arc::new(ingress::Shared {
             bot,
+            poll_bot,
             inbox: OnceLock::new(),
             me: OnceLock::new(),
             webhook_secret: ingress::webhook_secret(&token),

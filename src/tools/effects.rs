@@ -1,0 +1,65 @@
+//! Side effects already carried out in a turn, so a turn redone after a crash does not
+//! repeat them. A call of a tool that is not read-only is recorded (tool, arguments, and how
+//! many times the same call came before in this turn) with its result; when the redone turn
+//! makes the same call again, the stored result is returned and the tool is not run. The
+//! records of a turn are deleted when the turn commits (`Store::commit_turn`).
+
+use crate::storage::Store;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The record of one turn's side effects.
+pub struct EffectLog {
+    /// `j<journal id>`: the turn being (re)done.
+    turn_key: String,
+    /// The turn is being redone: look up recorded effects. A first attempt has none, and
+    /// skips the lookup (so concurrent calls start in the order the model gave them).
+    redo: bool,
+    /// How many times each (tool, arguments) was called so far in this attempt.
+    seen: Mutex<HashMap<String, u32>>,
+}
+
+impl EffectLog {
+    pub fn for_journal_entry(journal_id: i64, attempts: i64) -> Self {
+        EffectLog {
+            turn_key: crate::storage::effects_key(journal_id),
+            redo: attempts > 1,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The key of the next call of `tool` with `arguments` in this turn.
+    pub(super) fn call_key(&self, tool: &str, arguments: &serde_json::Value) -> String {
+        let digest = Sha256::digest(arguments.to_string().as_bytes());
+        let base = format!("{tool}:{}", hex::encode(&digest[..12]));
+        let mut seen = self.seen.lock().expect("effect log lock");
+        let n = seen.entry(base.clone()).or_insert(0);
+        *n += 1;
+        format!("{base}:{n}")
+    }
+
+    /// The result a previous attempt of this turn got for `call_key`, if it ran.
+    pub(super) async fn recorded(&self, store: &dyn Store, call_key: &str) -> Option<String> {
+        if !self.redo {
+            return None;
+        }
+        match store.tool_effect_get(&self.turn_key, call_key).await {
+            Ok(found) => found,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read recorded tool effects");
+                None
+            }
+        }
+    }
+
+    pub(super) async fn record(&self, store: &dyn Store, call_key: &str, result: &str) {
+        let now = crate::clock::now_ms();
+        if let Err(err) = store
+            .tool_effect_put(&self.turn_key, call_key, result, now)
+            .await
+        {
+            tracing::warn!(error = %err, "could not record a tool effect");
+        }
+    }
+}
