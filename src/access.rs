@@ -70,10 +70,6 @@ impl Access {
         Ok(match store.pairing_request(&request, MAX_PENDING).await? {
             PairingOutcome::Created(code) => Verdict::Pair(code),
             PairingOutcome::Pending => Verdict::Deny,
-            PairingOutcome::TooMany => {
-                tracing::warn!(%channel, "pairing request refused: {MAX_PENDING} codes already pending");
-                Verdict::Deny
-            }
         })
     }
 }

@@ -231,5 +231,6 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
         config.fallback.retries_per_model,
         Duration::from_secs(config.fallback.cooldown_secs),
         Duration::from_secs(config.fallback.request_timeout_secs),
-    ))
+    )
+    .with_max_concurrent(config.fallback.max_concurrent_requests))
 }

@@ -72,6 +72,7 @@ impl Ingress {
             }
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
+            self.engine.stop_chain(&entry.session_key);
             let stopped = self.lanes.stop(&entry.session_key);
             let killed = self.subagents.kill(&entry.session_key, "all");
             let text = match (stopped, killed) {

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod http;
+pub mod http_server;
 pub mod ingress;
 pub mod lanes;
 pub mod outbox;

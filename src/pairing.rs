@@ -36,7 +36,10 @@ pub async fn run(loaded: &LoadedConfig, action: Action) -> anyhow::Result<()> {
                 }
             }
         }
-        Action::Approve(code) => match store.pairing_approve(code.trim(), now).await? {
+        Action::Approve(code) => match store
+            .pairing_approve(&code.trim().to_ascii_uppercase(), now)
+            .await?
+        {
             Some(row) => println!(
                 "approved {} user {} ({})",
                 row.channel, row.user_id, row.user_name

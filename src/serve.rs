@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 
 pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let config = &loaded.config;
+    crate::http_server::raise_file_limit();
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
@@ -98,14 +99,17 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         tracing::info!(recovered, "answering messages left from an earlier run");
     }
 
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            // End long polls and event streams so the server can drain.
-            stopping.cancel();
-        })
-        .await
-        .context("HTTP server failed")?;
+    let limits = crate::http_server::Limits {
+        max_connections: config.server.max_connections,
+        read_timeout: Duration::from_secs(config.server.header_timeout_secs),
+        drain: Duration::from_secs(config.server.shutdown_grace_secs),
+    };
+    crate::http_server::serve(listener, router, limits, async move {
+        shutdown_signal().await;
+        // End long polls and event streams so the server can drain.
+        stopping.cancel();
+    })
+    .await;
     channels_cancel.cancel();
     channel_tasks.close();
     channel_tasks.wait().await;

@@ -133,7 +133,10 @@ async fn file_tools_work_inside_the_session_workspace() {
     let results = tool_results(&llm.requests()[3].body);
     assert_eq!(results[1], "hello file");
     assert_eq!(results[2], "a.txt");
-    let on_disk = app.dir.path().join("ws/agent_3Amain_3Arec_3Afiles/notes/a.txt");
+    let on_disk = app
+        .dir
+        .path()
+        .join("ws/agent_3Amain_3Arec_3Afiles/notes/a.txt");
     assert_eq!(std::fs::read_to_string(on_disk).unwrap(), "hello file");
 }
 

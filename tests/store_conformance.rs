@@ -284,7 +284,10 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .await
         .unwrap()[0];
 
-    let pending = store.outbox_pending("webhook:o", 100, i64::MAX).await.unwrap();
+    let pending = store
+        .outbox_pending("webhook:o", 100, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(pending.len(), 4);
     assert!(
         pending
@@ -313,7 +316,10 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .await
         .unwrap();
     store.outbox_mark_rejected(ids2[0], "bad").await.unwrap();
-    let pending = store.outbox_pending("webhook:o", 100, i64::MAX).await.unwrap();
+    let pending = store
+        .outbox_pending("webhook:o", 100, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         pending.iter().map(|p| p.message.id).collect::<Vec<_>>(),
         [ids[1], edit_id]
@@ -331,7 +337,10 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         "a conversation whose first message waits for its retry yields nothing before then"
     );
     assert_eq!(
-        store.outbox_next_attempt("webhook:o", 50_000).await.unwrap(),
+        store
+            .outbox_next_attempt("webhook:o", 50_000)
+            .await
+            .unwrap(),
         Some(99_999),
         "the next retry, not the message held back behind it"
     );
@@ -431,10 +440,19 @@ async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
             .pairing_request(&req("4", "EEE555", 40), 3)
             .await
             .unwrap(),
-        PairingOutcome::TooMany,
+        PairingOutcome::Created("EEE555".into()),
+        "a fourth stranger is not blocked by three pending codes"
+    );
+    assert_eq!(
+        store.pairing_list(50).await.unwrap().len(),
+        3,
         "at most 3 pending"
     );
-    assert_eq!(store.pairing_list(50).await.unwrap().len(), 3);
+    assert!(
+        store.pairing_get("telegram", "1").await.unwrap().is_none(),
+        "the oldest pending code made room"
+    );
+    assert!(store.pairing_approve("AAA111", 60).await.unwrap().is_none());
     // An hour later the codes have expired: a new request gets a new code.
     assert!(
         store

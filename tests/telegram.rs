@@ -273,7 +273,10 @@ async fn a_quiet_bot_is_ready_at_once_repeats_idle_polls_silently_and_answers_mi
     .await;
     for poll in &idle[..2] {
         assert_eq!(poll.status, 200);
-        assert_eq!(poll.params["timeout"], 18, "the configured poll timeout is asked for");
+        assert_eq!(
+            poll.params["timeout"], 18,
+            "the configured poll timeout is asked for"
+        );
     }
     let held = idle[1].at - idle[0].at;
     assert!(
@@ -285,7 +288,9 @@ async fn a_quiet_bot_is_ready_at_once_repeats_idle_polls_silently_and_answers_mi
         !logs.contains("getUpdates failed"),
         "idle polls are not errors:\n{logs}"
     );
-    let ready = reqwest::get(format!("{}/readyz", service.base)).await.unwrap();
+    let ready = reqwest::get(format!("{}/readyz", service.base))
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200, "still ready after quiet polls");
 
     // The third poll is now held open; a message arriving meanwhile is answered at once,
@@ -359,10 +364,11 @@ async fn pairing_gives_a_code_once_and_the_cli_approves_and_revokes() {
     .await
     .unwrap();
     assert_ne!(bad.code, Some(0));
+    // Codes are shown in capitals; an operator typing them in lower case is understood.
     let approve = cli(vec![
         "pairing".into(),
         "approve".into(),
-        code.clone(),
+        code.to_lowercase(),
         "-c".into(),
         "config.toml".into(),
     ])

@@ -188,6 +188,12 @@ fn validate(
             ),
         );
     }
+    if config.server.max_connections == 0 {
+        problem("server.max_connections", "must be at least 1".into());
+    }
+    if config.server.header_timeout_secs == 0 {
+        problem("server.header_timeout_secs", "must be at least 1".into());
+    }
     if config.server.max_body_bytes == 0 {
         problem("server.max_body_bytes", "must be greater than 0".into());
     }

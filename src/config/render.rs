@@ -88,13 +88,72 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
     out
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:REDACTED@host/db`.
+/// `postgres://user:secret@host/db` → `postgres://user:REDACTED@host/db`; also a password
+/// given as `?password=` (or `sslpassword=`), and one holding unescaped `@`, `/` or `?`
+/// (the credentials end at the last `@`; when in doubt, more is hidden, never less).
 pub fn redact_url_password(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("REDACTED"));
-            url.to_string()
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return raw.to_string();
+    };
+    let (credentials, after) = match rest.rfind('@') {
+        Some(at) => {
+            let creds = &rest[..at];
+            let shown = match creds.split_once(':') {
+                Some((user, _)) => format!("{user}:REDACTED@"),
+                None if creds.contains(['/', '?']) => "REDACTED@".to_string(),
+                None => format!("{creds}@"),
+            };
+            (shown, &rest[at + 1..])
         }
-        _ => raw.to_string(),
+        None => (String::new(), rest),
+    };
+    let after = match after.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _))
+                        if key.eq_ignore_ascii_case("password")
+                            || key.eq_ignore_ascii_case("sslpassword") =>
+                    {
+                        format!("{key}=REDACTED")
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => after.to_string(),
+    };
+    format!("{scheme}://{credentials}{after}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url_password;
+
+    #[test]
+    fn database_passwords_are_hidden_however_they_are_written() {
+        let cases = [
+            ("postgres://u:s3cret@h/db", "postgres://u:REDACTED@h/db"),
+            (
+                "postgres://u@h/db?password=s3cret",
+                "postgres://u@h/db?password=REDACTED",
+            ),
+            (
+                "postgres://h/db?sslmode=require&PASSWORD=s3cret",
+                "postgres://h/db?sslmode=require&PASSWORD=REDACTED",
+            ),
+            (
+                "postgres://u:p@ss/w?rd@h:5432/db",
+                "postgres://u:REDACTED@h:5432/db",
+            ),
+            ("sqlite://ferroclaw.db", "sqlite://ferroclaw.db"),
+        ];
+        for (raw, shown) in cases {
+            let out = redact_url_password(raw);
+            assert_eq!(out, shown);
+            assert!(!out.contains("s3cret") && !out.contains("ss/w"), "{out}");
+        }
     }
 }

@@ -63,6 +63,10 @@ pub struct ServerConfig {
     pub admin_token_env: String,
     pub shutdown_grace_secs: u64,
     pub max_body_bytes: usize,
+    /// Client connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// Time a client has to send a request header, and the longest pause in a body.
+    pub header_timeout_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +77,8 @@ impl Default for ServerConfig {
             admin_token_env: "FERROCLAW_ADMIN_TOKEN".into(),
             shutdown_grace_secs: 20,
             max_body_bytes: 262_144,
+            max_connections: 1024,
+            header_timeout_secs: 10,
         }
     }
 }
@@ -158,6 +164,8 @@ pub struct FallbackConfig {
     pub retries_per_model: u32,
     pub cooldown_secs: u64,
     pub request_timeout_secs: u64,
+    /// Model calls in flight at once, all sessions and subagents together (0: no limit).
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for FallbackConfig {
@@ -166,6 +174,7 @@ impl Default for FallbackConfig {
             retries_per_model: 2,
             cooldown_secs: 60,
             request_timeout_secs: 120,
+            max_concurrent_requests: 32,
         }
     }
 }
@@ -176,6 +185,10 @@ pub struct SubagentsConfig {
     pub max_depth: u32,
     pub max_children: u32,
     pub max_concurrent: u32,
+    /// Subagents one turn may spawn.
+    pub max_spawns_per_turn: u32,
+    /// Turns started by subagent outcomes, in a row, before the user writes again.
+    pub max_chained_turns: u32,
     pub run_timeout_secs: u64,
     /// Runs before every spawn and hears spawned/ended events: an http(s) URL (POSTed JSON)
     /// or a command (JSON on stdin). Empty: no hook.
@@ -190,6 +203,8 @@ impl Default for SubagentsConfig {
             max_depth: 3,
             max_children: 5,
             max_concurrent: 8,
+            max_spawns_per_turn: 8,
+            max_chained_turns: 10,
             run_timeout_secs: 600,
             hook: String::new(),
             hook_timeout_secs: 5,

@@ -60,7 +60,10 @@ fn workspace_folder(session_key: &str) -> String {
     }
     if folder.len() > MAX_NAME {
         use sha2::Digest;
-        return format!("_h{}", hex::encode(sha2::Sha256::digest(session_key.as_bytes())));
+        return format!(
+            "_h{}",
+            hex::encode(sha2::Sha256::digest(session_key.as_bytes()))
+        );
     }
     folder
 }
@@ -86,7 +89,10 @@ mod tests {
             keys.iter().map(|k| workspace_folder(k)).collect();
         assert_eq!(folders.len(), keys.len(), "{folders:?}");
         for f in &folders {
-            assert!(f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert!(
+                f.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
         }
         let long = "x".repeat(500);
         let hashed = workspace_folder(&long);

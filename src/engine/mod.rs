@@ -13,6 +13,7 @@ mod planning;
 mod turn;
 
 pub use commands::{COMMANDS, Command, HELP_TEXT};
+pub use context::workspace_for;
 
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
@@ -48,6 +49,40 @@ pub struct Persona {
     pub progress: Option<Arc<RunProgress>>,
 }
 
+/// Internal turns run in a row per session since the user last wrote. Sessions without a
+/// chain have no entry.
+#[derive(Default)]
+struct ChainGuard {
+    chained: std::sync::Mutex<HashMap<String, u32>>,
+}
+
+impl ChainGuard {
+    /// Count one more internal turn; false when it must not run.
+    fn step(&self, session_key: &str, max: u32) -> bool {
+        let mut chained = self.chained.lock().expect("chain lock");
+        let n = chained.entry(session_key.to_string()).or_insert(0);
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn reset(&self, session_key: &str) {
+        let mut chained = self.chained.lock().expect("chain lock");
+        if !chained.is_empty() {
+            chained.remove(session_key);
+        }
+    }
+
+    fn stop(&self, session_key: &str) {
+        self.chained
+            .lock()
+            .expect("chain lock")
+            .insert(session_key.to_string(), u32::MAX);
+    }
+}
+
 pub struct Engine {
     store: Arc<dyn Store>,
     chain: Arc<FallbackChain>,
@@ -58,6 +93,7 @@ pub struct Engine {
     tool_tokens: usize,
     turns: TurnWatch,
     subagents: OnceLock<Arc<Registry>>,
+    chains: ChainGuard,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +155,7 @@ impl Engine {
             tool_tokens,
             turns,
             subagents: OnceLock::new(),
+            chains: ChainGuard::default(),
         }
     }
 
@@ -128,6 +165,12 @@ impl Engine {
 
     pub(crate) fn subagents(&self) -> Option<&Arc<Registry>> {
         self.subagents.get()
+    }
+
+    /// End the session's chain of internal turns (`/stop`): outcomes still arriving are
+    /// announced, but no longer start turns, until the user writes again.
+    pub fn stop_chain(&self, session_key: &str) {
+        self.chains.stop(session_key);
     }
 
     /// True when `model` names a configured provider.
@@ -192,6 +235,19 @@ impl Engine {
         entry: &JournalEntry,
         stop: &CancellationToken,
     ) -> Result<(), TurnError> {
+        // A subagent's outcome starts an internal turn, which may spawn again: such chains
+        // are capped, and `/stop` ends them.
+        if entry.message.internal {
+            if !self
+                .chains
+                .step(&entry.session_key, self.config.subagents.max_chained_turns)
+            {
+                tracing::info!(session = %entry.session_key, "chained internal turn not run (stopped or subagents.max_chained_turns reached)");
+                return Ok(self.answer(entry, None).await?);
+            }
+        } else {
+            self.chains.reset(&entry.session_key);
+        }
         let now = crate::clock::now_ms();
         let route = &entry.message.route;
         let mut session = self
@@ -207,7 +263,10 @@ impl Engine {
             route.clone(),
             Some(entry.message.platform_message_id.clone()),
         ));
+        let too_long = text.chars().count() > self.config.agent.max_input_chars;
         let output = match Command::parse(text) {
+            // The limit holds for `/plan <task>` as for any text the model would read.
+            Some(Command::Plan(task)) if !task.is_empty() && too_long => self.too_long(text),
             Some(Command::Plan(task)) if !task.is_empty() => {
                 let persona = self.user_persona(&session);
                 let turn =
@@ -215,14 +274,7 @@ impl Engine {
                 self.with_typing(route, turn).await?
             }
             Some(command) => self.run_command(command, &mut session).await?,
-            None if text.chars().count() > self.config.agent.max_input_chars => TurnOutput::reply(
-                OutboundKind::Error,
-                format!(
-                    "That message is too long ({} characters; the limit is {}). Please shorten it.",
-                    text.chars().count(),
-                    self.config.agent.max_input_chars
-                ),
-            ),
+            None if too_long => self.too_long(text),
             None => {
                 let persona = self.user_persona(&session);
                 let turn = self.run_model_turn(
@@ -314,6 +366,17 @@ impl Engine {
             .await
     }
 
+    fn too_long(&self, text: &str) -> TurnOutput {
+        TurnOutput::reply(
+            OutboundKind::Error,
+            format!(
+                "That message is too long ({} characters; the limit is {}). Please shorten it.",
+                text.chars().count(),
+                self.config.agent.max_input_chars
+            ),
+        )
+    }
+
     /// What tools may know of this turn.
     fn tool_context(
         &self,
@@ -339,6 +402,7 @@ impl Engine {
                     parent_model: persona.model.clone(),
                     parent_system: persona.system.clone(),
                     parent_tools: persona.tools.clone(),
+                    spawned_this_turn: Default::default(),
                 }))
             }
             _ => None,

@@ -208,7 +208,10 @@ impl DeliveryWorker {
                         tracing::error!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery given up; message marked failed");
                         let _ = self
                             .store
-                            .outbox_mark_rejected(id, &format!("gave up after {MAX_ATTEMPTS} attempts: {reason}"))
+                            .outbox_mark_rejected(
+                                id,
+                                &format!("gave up after {MAX_ATTEMPTS} attempts: {reason}"),
+                            )
                             .await;
                         continue;
                     }

@@ -187,7 +187,10 @@ impl Assembly {
                 }
             }
             "message_delta" => {
-                if data.pointer("/delta/stop_reason").is_some_and(Value::is_string) {
+                if data
+                    .pointer("/delta/stop_reason")
+                    .is_some_and(Value::is_string)
+                {
                     self.finished = true;
                 }
                 if let Some(n) = data.pointer("/usage/output_tokens").and_then(Value::as_i64) {

@@ -60,6 +60,8 @@ pub struct FallbackChain {
     cooldown: Duration,
     request_timeout: Duration,
     cooling: Mutex<HashMap<ModelRef, Instant>>,
+    /// Model calls in flight at once, all providers together (`fallback.max_concurrent_requests`).
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl FallbackChain {
@@ -79,7 +81,14 @@ impl FallbackChain {
             cooldown,
             request_timeout,
             cooling: Mutex::new(HashMap::new()),
+            in_flight: None,
         }
+    }
+
+    /// At most `n` model calls in flight at once; more wait for a slot (0: no limit).
+    pub fn with_max_concurrent(mut self, n: usize) -> Self {
+        self.in_flight = (n > 0).then(|| Arc::new(tokio::sync::Semaphore::new(n)));
+        self
     }
 
     /// True when `model` names a configured provider (usable or not).
@@ -121,12 +130,17 @@ impl FallbackChain {
             };
             let mut attempt = 0;
             loop {
+                let _slot = match &self.in_flight {
+                    Some(slots) => Some(slots.acquire().await.expect("never closed")),
+                    None => None,
+                };
                 let result = tokio::time::timeout(
                     self.request_timeout,
                     provider.complete(&model.model, request, &sink),
                 )
                 .await
                 .unwrap_or(Err(ProviderError::Timeout));
+                drop(_slot);
                 let error = match result {
                     Ok(response) => return Ok((response, model.clone())),
                     Err(error) => error,

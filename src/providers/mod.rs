@@ -9,8 +9,8 @@
 mod anthropic;
 mod chain;
 mod openai;
-mod stream_limits;
 mod sse;
+mod stream_limits;
 
 pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};

@@ -2,7 +2,8 @@
 //! Also serves OpenRouter, Ollama, vLLM and llama.cpp servers.
 
 use super::{
-    stream_limits, ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
+    ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
+    stream_limits,
 };
 use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
@@ -305,8 +306,11 @@ mod tests {
     #[test]
     fn a_stream_without_done_or_finish_reason_is_an_error_not_a_reply() {
         let mut asm = StreamAssembly::default();
-        asm.push(&json!({"choices":[{"delta":{"content":"half an ans"}}]}), &|_| {})
-            .unwrap();
+        asm.push(
+            &json!({"choices":[{"delta":{"content":"half an ans"}}]}),
+            &|_| {},
+        )
+        .unwrap();
         assert!(matches!(asm.finish(), Err(ProviderError::Protocol(_))));
         let mut asm = StreamAssembly::default();
         asm.push(

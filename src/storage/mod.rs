@@ -109,8 +109,7 @@ pub trait Store: Send + Sync {
         now_ms: i64,
     ) -> StoreResult<Vec<OutboxEntry>>;
     /// The earliest retry time (unix ms) after `now_ms` among the channel's pending messages.
-    async fn outbox_next_attempt(&self, channel: &str, now_ms: i64)
-    -> StoreResult<Option<i64>>;
+    async fn outbox_next_attempt(&self, channel: &str, now_ms: i64) -> StoreResult<Option<i64>>;
     /// Mark messages delivered, with the platform id each got, in one statement.
     async fn outbox_mark_delivered(
         &self,
@@ -143,7 +142,7 @@ pub trait Store: Send + Sync {
     /// The pairing row of a user on a channel, if any (expired pending rows included).
     async fn pairing_get(&self, channel: &str, user_id: &str) -> StoreResult<Option<PairingRow>>;
     /// Ask for a pairing code: `Created` with the new code, `Pending` when one is already
-    /// pending, `TooMany` when `max_pending` codes are pending on the channel. Expired pending
+    /// pending; when `max_pending` codes are pending on the channel the oldest is dropped. Expired pending
     /// codes are dropped first.
     async fn pairing_request(
         &self,

@@ -131,8 +131,13 @@ macro_rules! impl_store {
                 .bind(session_key)
                 .bind(payload)
                 .bind(now_ms)
-                .fetch_optional(executor)
-                .await?)
+                // `fetch_all`, never `fetch_optional`, for a write with RETURNING: SQLite
+                // commits an autocommit statement when it runs to completion, and a commit that
+                // fails there (a full disk) is only reported to a caller that reads to the end.
+                .fetch_all(executor)
+                .await?
+                .into_iter()
+                .next())
             }
 
             async fn insert_outbound<'c, E>(
@@ -210,13 +215,13 @@ macro_rules! impl_store {
             }
 
             async fn journal_begin_attempt(&self, id: i64) -> $crate::storage::StoreResult<i64> {
-                let attempts: Option<i64> = sqlx::query_scalar(
+                let attempts: Vec<i64> = sqlx::query_scalar(
                     "UPDATE inbound SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts",
                 )
                 .bind(id)
-                .fetch_optional(&self.write)
+                .fetch_all(&self.write) // see insert_journal: RETURNING writes read to the end
                 .await?;
-                Ok(attempts.unwrap_or(0))
+                Ok(attempts.first().copied().unwrap_or(0))
             }
 
             async fn journal_pending(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::JournalEntry>> {
@@ -286,8 +291,11 @@ macro_rules! impl_store {
                 )
                 .bind(key)
                 .bind(now_ms)
-                .fetch_one(&self.write)
-                .await?;
+                .fetch_all(&self.write) // see insert_journal: RETURNING writes read to the end
+                .await?
+                .first()
+                .copied()
+                .ok_or(sqlx::Error::RowNotFound)?;
                 Ok(epoch)
             }
 
@@ -551,8 +559,17 @@ macro_rules! impl_store {
                     .fetch_one(&mut *tx)
                     .await?;
                 if pending >= max_pending {
-                    tx.commit().await?;
-                    return Ok(PairingOutcome::TooMany);
+                    // Make room by dropping the oldest pending code: a few strangers must not
+                    // block pairing for everyone until their codes expire.
+                    sqlx::query(
+                        "DELETE FROM pairing WHERE channel = $1 AND state = 'pending' AND user_id IN \
+                         (SELECT user_id FROM pairing WHERE channel = $1 AND state = 'pending' \
+                          ORDER BY created_at, user_id LIMIT $2)",
+                    )
+                    .bind(&request.channel)
+                    .bind(pending - max_pending + 1)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 sqlx::query(
                     "INSERT INTO pairing (channel, user_id, user_name, code, state, created_at, expires_at) \
@@ -581,15 +598,15 @@ macro_rules! impl_store {
             }
 
             async fn pairing_approve(&self, code: &str, now_ms: i64) -> $crate::storage::StoreResult<Option<$crate::storage::PairingRow>> {
-                let row = sqlx::query(
+                let rows = sqlx::query(
                     "UPDATE pairing SET state = 'approved', approved_at = $2, code = NULL \
                      WHERE code = $1 AND state = 'pending' AND expires_at > $2 RETURNING *",
                 )
                 .bind(code)
                 .bind(now_ms)
-                .fetch_optional(&self.write)
+                .fetch_all(&self.write) // see insert_journal: RETURNING writes read to the end
                 .await?;
-                row.as_ref().map(Self::decode_pairing).transpose()
+                rows.first().map(Self::decode_pairing).transpose()
             }
 
             async fn pairing_revoke(&self, user_id: &str) -> $crate::storage::StoreResult<u64> {

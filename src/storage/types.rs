@@ -133,7 +133,6 @@ pub struct PairingRequest {
 pub enum PairingOutcome {
     Created(String),
     Pending,
-    TooMany,
 }
 
 /// One subagent run (the `runs` table).

@@ -44,6 +44,9 @@ pub struct SpawnScope {
     pub parent_system: String,
     /// Tool names the spawning agent has.
     pub parent_tools: Vec<String>,
+    /// Spawns already made by the turn this scope belongs to
+    /// (`subagents.max_spawns_per_turn` caps them).
+    pub spawned_this_turn: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// The `sessions_spawn` parameters.
@@ -154,6 +157,16 @@ impl Registry {
         request: SpawnRequest,
     ) -> Result<Value, String> {
         let max_depth = self.config.max_depth;
+        let per_turn = self.config.max_spawns_per_turn;
+        if scope
+            .spawned_this_turn
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            >= per_turn
+        {
+            return Err(format!(
+                "refused: this turn already spawned {per_turn} subagents (subagents.max_spawns_per_turn)"
+            ));
+        }
         if scope.depth >= max_depth {
             return Err(format!(
                 "refused: this agent is at depth {} and subagents.max_depth is {max_depth}",

@@ -74,6 +74,10 @@ impl Tool for ReadFile {
         let meta = tokio::fs::metadata(&path)
             .await
             .map_err(|e| ToolError(format!("cannot read: {e}")))?;
+        if !meta.is_file() {
+            // A FIFO or device would block the turn (or never end).
+            return Err(ToolError::new("not a regular file"));
+        }
         if meta.len() > MAX_READ_BYTES {
             return Err(ToolError(format!(
                 "file is {} bytes; the limit is {MAX_READ_BYTES}",
@@ -103,11 +107,14 @@ impl Tool for WriteFile {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let path = confine(&cx.workspace, path_arg(&args))?;
-        if path
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            return Err(ToolError::new("refusing to write through a symlink"));
+        match path.symlink_metadata() {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(ToolError::new("refusing to write through a symlink"));
+            }
+            Ok(m) if !m.is_file() => {
+                return Err(ToolError::new("not a regular file"));
+            }
+            _ => {}
         }
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent)

@@ -194,7 +194,10 @@ impl ToolRegistry {
             (Some(log), false) => {
                 let key = log.call_key(tool.name(), &args);
                 if let Some(result) = log.recorded(&*cx.store, &key).await {
-                    tracing::info!(tool = tool.name(), "tool call already done before a restart; replaying its result");
+                    tracing::info!(
+                        tool = tool.name(),
+                        "tool call already done before a restart; replaying its result"
+                    );
                     return Ok(result);
                 }
                 Some((log, key))

@@ -37,6 +37,8 @@ pub enum Behaviour {
     },
     /// Never answer.
     Hang,
+    /// Answer 200 with this content type and body, as is (malformed streams, HTML pages).
+    Raw { content_type: String, body: String },
 }
 
 impl Behaviour {
@@ -279,6 +281,13 @@ async fn handle(
         Behaviour::Hang => {
             std::future::pending::<()>().await;
             unreachable!()
+        }
+        Behaviour::Raw { content_type, body } => {
+            finish();
+            Response::builder()
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .unwrap()
         }
         Behaviour::Reply { text, delay } => {
             tokio::time::sleep(delay).await;

@@ -29,3 +29,14 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `Some(())` when a GET of `url` answers 200 (for `wait_for`).
+pub async fn answers_200(client: &reqwest::Client, url: &str) -> Option<()> {
+    client
+        .get(url)
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status() == 200)
+        .map(|_| ())
+}

@@ -120,17 +120,7 @@ impl Service {
         let client = reqwest::Client::new();
         let url = format!("{}/readyz", service.base);
         super::wait_for("/readyz to answer 200", Duration::from_secs(20), || {
-            let client = client.clone();
-            let url = url.clone();
-            async move {
-                client
-                    .get(&url)
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status() == 200)
-                    .map(|_| ())
-            }
+            super::answers_200(&client, &url)
         })
         .await;
         service

@@ -2,6 +2,7 @@
 //! has it) or the webhook route (answers 200 only after the inbox has it; checks Telegram's
 //! secret-token header in constant time).
 
+use crate::backoff::Backoff;
 use crate::channel::TelegramChannel;
 use crate::{Mode, Settings, translate};
 use axum::Router;
@@ -205,54 +206,6 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             shared.bot.get_updates().offset(offset).timeout(0).send(),
         )
         .await;
-    }
-}
-
-/// Exponential back-off for real polling errors (never for an idle poll): 0.5 s doubling
-/// to 30 s, back to the start on the next success.
-#[derive(Debug, Default)]
-struct Backoff {
-    failures: u32,
-}
-
-impl Backoff {
-    fn failed(&mut self) -> u32 {
-        self.failures = self.failures.saturating_add(1);
-        self.failures
-    }
-
-    fn reset(&mut self) {
-        self.failures = 0;
-    }
-
-    fn delay(&self) -> Duration {
-        let exp = self.failures.saturating_sub(1).min(6);
-        (Duration::from_millis(500) * 2u32.pow(exp)).min(Duration::from_secs(30))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_from_half_a_second_to_thirty_and_resets_on_success() {
-        let mut b = Backoff::default();
-        let delays: Vec<Duration> = (0..9)
-            .map(|_| {
-                b.failed();
-                b.delay()
-            })
-            .collect();
-        assert_eq!(delays[0], Duration::from_millis(500));
-        assert_eq!(delays[1], Duration::from_secs(1));
-        assert_eq!(delays[5], Duration::from_secs(16));
-        assert_eq!(delays[6], Duration::from_secs(30));
-        assert_eq!(delays[8], Duration::from_secs(30));
-        b.reset();
-        b.failed();
-        assert_eq!(b.delay(), Duration::from_millis(500));
     }
 }
 

@@ -7,6 +7,7 @@
 //! webhook answers 200, after the journal has it), so a crash neither loses nor repeats one.
 //! Access control is not decided here: ferroclaw's ingress applies it to every channel.
 
+mod backoff;
 mod channel;
 mod format;
 mod ingress;
@@ -71,13 +72,12 @@ impl Telegram {
         let url = url::Url::parse(&settings.api_url)
             .map_err(|e| format!("channels.telegram.api_url is not a URL: {e}"))?;
         let token = settings.token.expose_secret().to_string();
-        let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
+        let bot =
+            Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
         // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
-        let poll_bot = Bot::with_client(
-            token.clone(),
-            client(settings.poll_timeout + POLL_MARGIN)?,
-        )
-        .set_api_url(url);
+        let poll_bot =
+            Bot::with_client(token.clone(), client(settings.poll_timeout + POLL_MARGIN)?)
+                .set_api_url(url);
         let channel = Arc::new(TelegramChannel::new(
             bot.clone(),
             token.clone(),

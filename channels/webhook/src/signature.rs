@@ -48,7 +48,7 @@ pub fn verify(
     let timestamp: i64 = timestamp
         .and_then(|t| t.trim().parse().ok())
         .ok_or(SignatureError::MissingTimestamp)?;
-    if (now - timestamp).abs() > MAX_SKEW_SECS {
+    if now.abs_diff(timestamp) > MAX_SKEW_SECS.unsigned_abs() {
         return Err(SignatureError::StaleTimestamp);
     }
     let given = signature
@@ -94,5 +94,22 @@ mod tests {
             verify(b"s3cret", Some("1000"), Some("md5=00"), b"{}", 1000),
             Err(SignatureError::MissingSignature)
         );
+    }
+
+    #[test]
+    fn extreme_timestamps_are_stale_not_an_overflow() {
+        let now = 1_700_000_000i64;
+        for ts in [
+            now.wrapping_sub(1i64 << 62).wrapping_sub(1i64 << 62),
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let sig = sign(b"k", ts, b"{}");
+            assert_eq!(
+                verify(b"k", Some(&ts.to_string()), Some(&sig), b"{}", now),
+                Err(SignatureError::StaleTimestamp),
+                "{ts}"
+            );
+        }
     }
 }
