@@ -4,22 +4,47 @@
 
 use crate::access::{Access, AccessPolicy};
 use crate::config::{Config, LoadedConfig, ProviderKind};
-use crate::engine::{ChannelMap, Engine};
+use crate::engine::{Engine, LiveFeedback};
 use crate::ingress::Ingress;
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryWorker, OutboxNotifier};
 use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
+use crate::spawn::Spawner;
 use crate::storage::{self, Store};
 use crate::subagents::Registry;
 use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
-use ferroclaw_channel_core::Channel;
+use async_trait::async_trait;
+use ferroclaw_channel_core::{Channel, ChatRoute};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Channels by instance name.
+pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
+
+/// Live feedback (streamed text, typing) through the channel a chat lives on.
+struct ChannelFeedback(ChannelMap);
+
+#[async_trait]
+impl LiveFeedback for ChannelFeedback {
+    fn live(&self, route: &ChatRoute) -> bool {
+        self.0.contains_key(&route.channel)
+    }
+    async fn delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
+        if let Some(channel) = self.0.get(&route.channel) {
+            channel.stream_delta(route, in_reply_to, delta).await;
+        }
+    }
+    async fn typing(&self, route: &ChatRoute) {
+        if let Some(channel) = self.0.get(&route.channel) {
+            channel.typing(route).await;
+        }
+    }
+}
 
 pub struct App {
     pub config: Arc<Config>,
@@ -71,24 +96,50 @@ impl App {
             store.clone(),
             chain,
             config.clone(),
-            channel_map.clone(),
+            Arc::new(ChannelFeedback(channel_map.clone())),
             notifier.clone(),
             tools,
             turns.clone(),
         ));
-        let subagents = Registry::new(store.clone(), notifier.clone(), config.subagents.clone());
-        engine.set_subagents(subagents.clone());
-        let lanes = Lanes::new(engine.clone(), CancellationToken::new());
-        subagents.attach(&engine, lanes.clone());
+        // Built in one pass: the registry runs children on the engine and hands the turns
+        // their outcomes start to the lanes through a channel; the lanes give every turn the
+        // registry as its spawner.
+        let (parent_turns, mut parent_turns_rx) = tokio::sync::mpsc::unbounded_channel();
+        let subagents = Registry::new(
+            store.clone(),
+            notifier.clone(),
+            config.subagents.clone(),
+            engine.clone(),
+            parent_turns,
+        );
+        let spawner: Arc<dyn Spawner> = Arc::new(subagents.clone());
+        let lanes = Lanes::new(
+            engine.clone(),
+            Some(spawner.clone()),
+            CancellationToken::new(),
+        );
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),
             engine.clone(),
             access_from(&config),
-            subagents.clone(),
+            Some(spawner),
         ));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
+        let forward_cancel = workers_cancel.child_token();
+        let forward_to = lanes.clone();
+        worker_tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = forward_cancel.cancelled() => break,
+                    entry = parent_turns_rx.recv() => match entry {
+                        Some(entry) => forward_to.submit(entry),
+                        None => break,
+                    },
+                }
+            }
+        });
         let mut workers = Vec::new();
         for channel in channels {
             let worker = Arc::new(DeliveryWorker::new(store.clone(), channel, &notifier));

@@ -6,8 +6,8 @@
 use crate::access::{Access, Verdict, pairing_text};
 use crate::engine::{Command, Engine};
 use crate::lanes::Lanes;
+use crate::spawn::Spawner;
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
-use crate::subagents::Registry;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ pub struct Ingress {
     lanes: Lanes,
     engine: Arc<Engine>,
     access: Access,
-    subagents: Arc<Registry>,
+    subagents: Option<Arc<dyn Spawner>>,
 }
 
 impl Ingress {
@@ -26,7 +26,7 @@ impl Ingress {
         lanes: Lanes,
         engine: Arc<Engine>,
         access: Access,
-        subagents: Arc<Registry>,
+        subagents: Option<Arc<dyn Spawner>>,
     ) -> Self {
         Ingress {
             store,
@@ -74,7 +74,10 @@ impl Ingress {
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             self.engine.stop_chain(&entry.session_key);
             let stopped = self.lanes.stop(&entry.session_key);
-            let killed = self.subagents.kill(&entry.session_key, "all");
+            let killed = self
+                .subagents
+                .as_ref()
+                .map_or(0, |s| s.kill(&entry.session_key, "all"));
             let text = match (stopped, killed) {
                 (false, 0) => "Nothing is running.".to_string(),
                 (true, 0) => "⏹ Stopped the running turn.".to_string(),

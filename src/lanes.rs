@@ -8,6 +8,7 @@
 //! running turn through its own token and the turn commits what it finished.
 
 use crate::engine::{Engine, MAX_TURN_ATTEMPTS};
+use crate::spawn::Spawner;
 use crate::storage::JournalEntry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,8 @@ struct Lane {
 struct Inner {
     lanes: Mutex<HashMap<String, Lane>>,
     engine: Arc<Engine>,
+    /// Handed to every turn (None: subagents are off).
+    spawner: Option<Arc<dyn Spawner>>,
     tracker: TaskTracker,
     /// Hard stop: abort running turns without committing them.
     cancel: CancellationToken,
@@ -41,11 +44,16 @@ struct Inner {
 }
 
 impl Lanes {
-    pub fn new(engine: Arc<Engine>, cancel: CancellationToken) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        spawner: Option<Arc<dyn Spawner>>,
+        cancel: CancellationToken,
+    ) -> Self {
         Lanes {
             inner: Arc::new(Inner {
                 lanes: Mutex::new(HashMap::new()),
                 engine,
+                spawner,
                 tracker: TaskTracker::new(),
                 cancel,
                 closing: AtomicBool::new(false),
@@ -180,7 +188,11 @@ impl Inner {
             }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.
-            let turn = std::panic::AssertUnwindSafe(self.engine.handle(&*entry, stop));
+            let turn = std::panic::AssertUnwindSafe(self.engine.handle(
+                &*entry,
+                stop,
+                self.spawner.as_ref(),
+            ));
             let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
                 tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
                 if let Err(err) = self.engine.answer_failed(&*entry).await {

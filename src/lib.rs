@@ -23,6 +23,7 @@ pub mod plan;
 pub mod providers;
 pub mod serve;
 pub mod server;
+pub mod spawn;
 pub mod storage;
 pub mod subagents;
 pub mod tools;

@@ -1,7 +1,7 @@
 //! The HTTP server: health and readiness, plus the routes channels mount (webhooks).
 //! `router()` is testable without a socket; `serve()` runs it until the shutdown future.
 
-use crate::engine::ChannelMap;
+use crate::app::ChannelMap;
 use crate::storage::Store;
 use axum::Router;
 use axum::extract::State;

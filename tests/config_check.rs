@@ -220,3 +220,40 @@ fn telegram_webhook_mode_needs_a_public_url_and_discord_its_token() {
         out.stderr
     );
 }
+
+#[test]
+fn a_database_password_in_the_query_or_unescaped_is_redacted_too() {
+    for url in [
+        "postgres://app@127.0.0.1:5432/app?password=db-password-9876",
+        "postgres://app:db-password@9876/x?y@127.0.0.1:5432/app",
+    ] {
+        let out = check("", &[("FERROCLAW__STORAGE__URL", url)]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert!(
+            !out.stdout.contains("db-password") && !out.stderr.contains("db-password"),
+            "{url}: {}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("REDACTED"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn allowed_users_may_be_numbers_or_strings() {
+    let out = check(
+        "[channels.telegram]\nallowed_users = [7, \"8\"]\n[channels.discord]\nallowed_users = [123456789012345678]\n",
+        &[],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let compact: String = out.stdout.split_whitespace().collect();
+    assert!(
+        compact.contains("allowed_users=[\"7\",\"8\",]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("\"123456789012345678\""),
+        "{}",
+        out.stdout
+    );
+}

@@ -404,9 +404,10 @@ async fn a_crash_after_a_side_effect_does_not_repeat_it_when_the_turn_is_redone(
     assert_eq!(announced, 1, "one announcement: {got_now:?}");
 }
 
-/// A channel whose receiver is down: every delivery asks to be retried in a minute.
+/// A channel whose receiver is down: every delivery asks to be retried after `retry_after`.
 struct Down {
     calls: AtomicUsize,
+    retry_after: Duration,
 }
 
 #[async_trait::async_trait]
@@ -421,7 +422,7 @@ impl ferroclaw_channel_core::Channel for Down {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Err(ferroclaw_channel_core::DeliveryError::Retry {
             reason: "receiver down".into(),
-            retry_after: Some(Duration::from_secs(60)),
+            retry_after: Some(self.retry_after),
         })
     }
 }
@@ -458,6 +459,7 @@ async fn a_receiver_that_is_down_gets_every_message_tried_once_and_no_busy_loop(
     }
     let channel = Arc::new(Down {
         calls: AtomicUsize::new(0),
+        retry_after: Duration::from_secs(60),
     });
     let notifier = OutboxNotifier::new(["down"]);
     let worker = Arc::new(DeliveryWorker::new(
@@ -496,6 +498,76 @@ fn fresh_results(body: &Value) -> Vec<String> {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_that_can_never_be_delivered_is_marked_failed_after_its_attempts() {
+    use ferroclaw::outbox::{DeliveryWorker, OutboxNotifier};
+    use ferroclaw::storage::{NewOutbound, SqliteStore, Store};
+    use ferroclaw_channel_core::{ChatKind, ChatRoute, OutboundKind};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::connect(&format!("sqlite://{}", dir.path().join("o.db").display()))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let route = ChatRoute {
+        channel: "down".into(),
+        kind: ChatKind::Conversation,
+        chat_id: "c".into(),
+        thread_id: None,
+    };
+    let message = |text: &str| NewOutbound {
+        route: route.clone(),
+        kind: OutboundKind::Reply,
+        text: text.into(),
+        in_reply_to: None,
+        edit_of: None,
+    };
+    store
+        .outbox_push(
+            &route.session_key(),
+            &[message("never"), message("next")],
+            1,
+        )
+        .await
+        .unwrap();
+    let channel = Arc::new(Down {
+        calls: AtomicUsize::new(0),
+        retry_after: Duration::ZERO,
+    });
+    let notifier = OutboxNotifier::new(["down"]);
+    let worker = Arc::new(DeliveryWorker::new(
+        store.clone(),
+        channel.clone(),
+        &notifier,
+    ));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(worker.run(cancel.clone()));
+    let rows = wait_for(
+        "both messages given up",
+        Duration::from_secs(30),
+        || async {
+            let rows = store.outbox_conversation("down", "c", 0, 10).await.unwrap();
+            rows.iter().all(|r| r.state == "rejected").then_some(rows)
+        },
+    )
+    .await;
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(
+        channel.calls.load(Ordering::SeqCst),
+        100,
+        "50 attempts each, then no more"
+    );
+    assert!(
+        store
+            .outbox_pending("down", 10, i64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(rows.len(), 2);
 }
 
 fn spawner(body: &Value) -> Behaviour {

@@ -2,9 +2,11 @@
 
 use super::{Engine, TurnError, TurnOutput};
 use crate::providers::ModelRef;
+use crate::spawn::Spawner;
 use crate::storage::SessionRow;
 use ferroclaw_channel_core::OutboundKind;
 use std::fmt::Write;
+use std::sync::Arc;
 
 pub const HELP_TEXT: &str = "Commands:\n\
 /plan <task> — plan first, then execute\n\
@@ -66,6 +68,7 @@ impl Engine {
         &self,
         command: Command,
         session: &mut SessionRow,
+        spawner: Option<&Arc<dyn Spawner>>,
     ) -> Result<TurnOutput, TurnError> {
         let now = crate::clock::now_ms();
         let (kind, text) = match command {
@@ -79,7 +82,7 @@ impl Engine {
                     "Started a fresh session. The previous conversation is archived.".into(),
                 )
             }
-            Command::Status => (OutboundKind::Status, self.status_text(session)),
+            Command::Status => (OutboundKind::Status, self.status_text(session, spawner)),
             Command::Model(None) => (
                 OutboundKind::Status,
                 format!("Model: {}", self.session_model(session)),
@@ -111,7 +114,7 @@ impl Engine {
             // has nothing to stop.
             Command::Stop => (OutboundKind::Status, "Nothing is running.".into()),
             Command::Plan(_) => (OutboundKind::Error, "Usage: /plan <task>".into()),
-            Command::Subagents(args) => self.subagents_command(&session.key, &args).await,
+            Command::Subagents(args) => self.subagents_command(&session.key, &args, spawner).await,
             Command::Unknown(name) => (
                 OutboundKind::Error,
                 format!("Unknown command /{name}. Send /help for the list."),
@@ -121,8 +124,13 @@ impl Engine {
     }
 
     /// `/subagents`, `/subagents kill <id|all>`, `/subagents steer <id> <message>`.
-    async fn subagents_command(&self, session_key: &str, args: &str) -> (OutboundKind, String) {
-        let Some(registry) = self.subagents() else {
+    async fn subagents_command(
+        &self,
+        session_key: &str,
+        args: &str,
+        spawner: Option<&Arc<dyn Spawner>>,
+    ) -> (OutboundKind, String) {
+        let Some(registry) = spawner else {
             return (OutboundKind::Error, "Subagents are not available.".into());
         };
         let mut words = args.splitn(3, char::is_whitespace);
@@ -137,11 +145,7 @@ impl Engine {
                         .map(|r| {
                             format!(
                                 "{} {} — {} ({} s, {})",
-                                r["id"].as_str().unwrap_or_default(),
-                                r["label"].as_str().unwrap_or_default(),
-                                r["status"].as_str().unwrap_or_default(),
-                                r["runtime_secs"],
-                                r["model"].as_str().unwrap_or_default()
+                                r.id, r.label, r.status, r.runtime_secs, r.model
                             )
                         })
                         .collect();
@@ -162,7 +166,7 @@ impl Engine {
             ("steer", Some(target), Some(message)) => {
                 match registry.steer(session_key, target, message) {
                     Ok(()) => (OutboundKind::Status, format!("Steered {target}.")),
-                    Err(e) => (OutboundKind::Error, e),
+                    Err(e) => (OutboundKind::Error, e.to_string()),
                 }
             }
             _ => (
@@ -173,7 +177,7 @@ impl Engine {
         }
     }
 
-    fn status_text(&self, session: &SessionRow) -> String {
+    fn status_text(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "Session: {}", session.key);
         let _ = writeln!(out, "Model: {}", self.session_model(session));
@@ -211,7 +215,7 @@ impl Engine {
             }
             None => out.push_str("\nPlan: none"),
         }
-        if let Some(registry) = self.subagents() {
+        if let Some(registry) = spawner {
             let _ = write!(
                 out,
                 "\nLive subagents: {}",

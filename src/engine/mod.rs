@@ -9,32 +9,31 @@
 mod commands;
 mod compact;
 mod context;
+mod feedback;
 mod planning;
 mod turn;
 
 pub use commands::{COMMANDS, Command, HELP_TEXT};
 pub use context::workspace_for;
+pub use feedback::LiveFeedback;
 
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
+use crate::spawn::{SpawnHandle, SpawnScope, Spawner, StepObserver};
 use crate::storage::{
     JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
 };
-use crate::subagents::{Registry, RunProgress, SpawnScope};
 use crate::tools::{ToolContext, ToolRegistry};
 use crate::turn_watch::TurnWatch;
-use ferroclaw_channel_core::{Channel, ChatRoute, OutboundKind};
+use ferroclaw_channel_core::{ChatRoute, OutboundKind};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Turn starts after which a journal entry whose turns never finish is given up.
 pub const MAX_TURN_ATTEMPTS: i64 = 3;
-
-/// Channels by instance name, for streaming deltas.
-pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
 
 /// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
 pub struct Persona {
@@ -45,8 +44,10 @@ pub struct Persona {
     pub depth: u32,
     /// For subagents: the chat/thread (and message) their own children announce into.
     pub origin: Option<(ChatRoute, Option<String>)>,
-    /// For subagents: the status message edited with the current tool.
-    pub progress: Option<Arc<RunProgress>>,
+    /// For subagents: hears the tools of each step (their status message shows them).
+    pub progress: Option<Arc<dyn StepObserver>>,
+    /// Where this agent's own `sessions_spawn` children go (None: it may not spawn).
+    pub spawner: Option<Arc<dyn Spawner>>,
 }
 
 /// Internal turns run in a row per session since the user last wrote. Sessions without a
@@ -87,12 +88,11 @@ pub struct Engine {
     store: Arc<dyn Store>,
     chain: Arc<FallbackChain>,
     config: Arc<Config>,
-    channels: ChannelMap,
+    feedback: Arc<dyn LiveFeedback>,
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
     turns: TurnWatch,
-    subagents: OnceLock<Arc<Registry>>,
     chains: ChainGuard,
 }
 
@@ -135,7 +135,7 @@ impl Engine {
         store: Arc<dyn Store>,
         chain: Arc<FallbackChain>,
         config: Arc<Config>,
-        channels: ChannelMap,
+        feedback: Arc<dyn LiveFeedback>,
         outbox: OutboxNotifier,
         tools: Arc<ToolRegistry>,
         turns: TurnWatch,
@@ -149,22 +149,13 @@ impl Engine {
             store,
             chain,
             config,
-            channels,
+            feedback,
             outbox,
             tools,
             tool_tokens,
             turns,
-            subagents: OnceLock::new(),
             chains: ChainGuard::default(),
         }
-    }
-
-    pub fn set_subagents(&self, registry: Arc<Registry>) {
-        let _ = self.subagents.set(registry);
-    }
-
-    pub(crate) fn subagents(&self) -> Option<&Arc<Registry>> {
-        self.subagents.get()
     }
 
     /// End the session's chain of internal turns (`/stop`): outcomes still arriving are
@@ -179,8 +170,8 @@ impl Engine {
     }
 
     /// The user's agent for a session.
-    fn user_persona(&self, session: &SessionRow) -> Persona {
-        let spawning = self.config.subagents.max_depth > 0;
+    fn user_persona(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> Persona {
+        let spawning = self.config.subagents.max_depth > 0 && spawner.is_some();
         Persona {
             system: self.config.agent.system_prompt.clone(),
             tools: self
@@ -194,6 +185,7 @@ impl Engine {
             depth: 0,
             origin: None,
             progress: None,
+            spawner: spawner.filter(|_| spawning).cloned(),
         }
     }
 
@@ -234,6 +226,7 @@ impl Engine {
         &self,
         entry: &JournalEntry,
         stop: &CancellationToken,
+        spawner: Option<&Arc<dyn Spawner>>,
     ) -> Result<(), TurnError> {
         // A subagent's outcome starts an internal turn, which may spawn again: such chains
         // are capped, and `/stop` ends them.
@@ -268,15 +261,15 @@ impl Engine {
             // The limit holds for `/plan <task>` as for any text the model would read.
             Some(Command::Plan(task)) if !task.is_empty() && too_long => self.too_long(text),
             Some(Command::Plan(task)) if !task.is_empty() => {
-                let persona = self.user_persona(&session);
+                let persona = self.user_persona(&session, spawner);
                 let turn =
                     self.run_planned_turn(entry, &mut session, stop, &task, tracker, &persona);
                 self.with_typing(route, turn).await?
             }
-            Some(command) => self.run_command(command, &mut session).await?,
+            Some(command) => self.run_command(command, &mut session, spawner).await?,
             None if too_long => self.too_long(text),
             None => {
-                let persona = self.user_persona(&session);
+                let persona = self.user_persona(&session, spawner);
                 let turn = self.run_model_turn(
                     entry,
                     &mut session,
@@ -385,16 +378,17 @@ impl Engine {
         plan: Option<Arc<PlanTracker>>,
         persona: Option<&Persona>,
     ) -> ToolContext {
-        let spawn = match (persona, self.subagents.get()) {
-            (Some(persona), Some(registry)) => {
-                let (origin, origin_message) = persona.origin.clone().unwrap_or_else(|| {
-                    (
-                        entry.message.route.clone(),
-                        Some(entry.message.platform_message_id.clone()),
-                    )
-                });
-                Some(Arc::new(SpawnScope {
-                    registry: registry.clone(),
+        let spawn = persona.and_then(|persona| {
+            let spawner = persona.spawner.clone()?;
+            let (origin, origin_message) = persona.origin.clone().unwrap_or_else(|| {
+                (
+                    entry.message.route.clone(),
+                    Some(entry.message.platform_message_id.clone()),
+                )
+            });
+            Some(SpawnHandle {
+                spawner,
+                scope: Arc::new(SpawnScope {
                     parent_session: session.key.clone(),
                     origin,
                     origin_message,
@@ -403,10 +397,9 @@ impl Engine {
                     parent_system: persona.system.clone(),
                     parent_tools: persona.tools.clone(),
                     spawned_this_turn: Default::default(),
-                }))
-            }
-            _ => None,
-        };
+                }),
+            })
+        });
         // A subagent's "current chat" is the thread its parent was asked in.
         let (route, in_reply_to) = persona.and_then(|p| p.origin.clone()).unwrap_or_else(|| {
             (
@@ -436,12 +429,12 @@ impl Engine {
         route: &ChatRoute,
         work: impl std::future::Future<Output = T>,
     ) -> T {
-        let Some(channel) = self.channels.get(&route.channel) else {
+        if !self.feedback.live(route) {
             return work.await;
-        };
+        }
         let ticker = async {
             loop {
-                channel.typing(route).await;
+                self.feedback.typing(route).await;
                 tokio::time::sleep(std::time::Duration::from_secs(4)).await;
             }
         };
@@ -518,18 +511,18 @@ impl Engine {
         request: &ChatRequest,
         entry: &JournalEntry,
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
-        let Some(channel) = self.channels.get(&entry.message.route.channel).cloned() else {
+        let route = &entry.message.route;
+        if !self.feedback.live(route) {
             return self.chain.complete(model, request, &|_| {}).await;
-        };
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let sink = move |delta: &str| {
             let _ = tx.send(delta.to_string());
         };
-        let route = &entry.message.route;
         let in_reply_to = &entry.message.platform_message_id;
         let forward = async {
             while let Some(delta) = rx.recv().await {
-                channel.stream_delta(route, in_reply_to, &delta).await;
+                self.feedback.delta(route, in_reply_to, &delta).await;
             }
         };
         let complete = async move {

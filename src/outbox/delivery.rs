@@ -99,9 +99,10 @@ impl DeliveryWorker {
     /// Deliver what is due now: each conversation in order, conversations concurrently.
     pub async fn pass(&self) -> Result<PassOutcome, crate::storage::StoreError> {
         let _one_pass = self.pass_lock.lock().await;
+        let started = now_ms();
         let pending = self
             .store
-            .outbox_pending(self.channel.name(), BATCH, now_ms())
+            .outbox_pending(self.channel.name(), BATCH, started)
             .await?;
         let more = pending.len() as i64 == BATCH;
         let mut conversations: BTreeMap<(String, Option<String>), Vec<OutboxEntry>> =
@@ -138,7 +139,7 @@ impl DeliveryWorker {
         if !total.more {
             total.next_attempt_at = self
                 .store
-                .outbox_next_attempt(self.channel.name(), now_ms())
+                .outbox_next_attempt(self.channel.name(), started)
                 .await?;
         }
         Ok(total)

@@ -108,7 +108,8 @@ pub trait Store: Send + Sync {
         limit: i64,
         now_ms: i64,
     ) -> StoreResult<Vec<OutboxEntry>>;
-    /// The earliest retry time (unix ms) after `now_ms` among the channel's pending messages.
+    /// The earliest retry time (unix ms), at or after `since_ms`, among the channel's pending
+    /// messages (rows held back behind a waiting one have older times and are not counted).
     async fn outbox_next_attempt(&self, channel: &str, now_ms: i64) -> StoreResult<Option<i64>>;
     /// Mark messages delivered, with the platform id each got, in one statement.
     async fn outbox_mark_delivered(

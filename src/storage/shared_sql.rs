@@ -427,7 +427,7 @@ macro_rules! impl_store {
 
             async fn outbox_next_attempt(&self, channel: &str, now_ms: i64) -> $crate::storage::StoreResult<Option<i64>> {
                 let at: Option<i64> = sqlx::query_scalar(
-                    "SELECT MIN(next_attempt_at) FROM outbox WHERE channel = $1 AND state = 'pending' AND next_attempt_at > $2",
+                    "SELECT MIN(next_attempt_at) FROM outbox WHERE channel = $1 AND state = 'pending' AND next_attempt_at >= $2",
                 )
                 .bind(channel)
                 .bind(now_ms)

@@ -18,48 +18,19 @@ pub use progress::RunProgress;
 
 use crate::config::SubagentsConfig;
 use crate::engine::Engine;
-use crate::lanes::Lanes;
 use crate::outbox::OutboxNotifier;
 use crate::providers::ModelRef;
-use crate::storage::{NewOutbound, RunRow, Store, StoreError};
-use ferroclaw_channel_core::{ChatRoute, OutboundKind};
-use serde_json::{Value, json};
+use crate::spawn::{RunReport, RunSummary, SpawnError, SpawnRequest, SpawnScope, Spawned, Spawner};
+use crate::storage::{JournalEntry, NewOutbound, RunRow, Store, StoreError};
+use async_trait::async_trait;
+use ferroclaw_channel_core::OutboundKind;
+use serde_json::json;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// Where a spawn comes from: the spawning session and the chat/thread to announce into.
-#[derive(Clone)]
-pub struct SpawnScope {
-    pub registry: Arc<Registry>,
-    pub parent_session: String,
-    pub origin: ChatRoute,
-    pub origin_message: Option<String>,
-    /// Depth of the spawning agent (the user's agent is 0).
-    pub depth: u32,
-    pub parent_model: ModelRef,
-    pub parent_system: String,
-    /// Tool names the spawning agent has.
-    pub parent_tools: Vec<String>,
-    /// Spawns already made by the turn this scope belongs to
-    /// (`subagents.max_spawns_per_turn` caps them).
-    pub spawned_this_turn: Arc<std::sync::atomic::AtomicU32>,
-}
-
-/// The `sessions_spawn` parameters.
-#[derive(Debug, Clone, Default)]
-pub struct SpawnRequest {
-    pub task: String,
-    pub label: Option<String>,
-    pub system_prompt: Option<String>,
-    pub model: Option<String>,
-    pub tools: Option<Vec<String>>,
-    pub session_mode: bool,
-    pub timeout_secs: Option<u64>,
-}
 
 /// What a child runs with, fixed at spawn.
 pub(crate) struct RunSpec {
@@ -93,8 +64,11 @@ pub struct Registry {
     pub(crate) outbox: OutboxNotifier,
     pub(crate) config: SubagentsConfig,
     pub(crate) hook: Hook,
-    engine: OnceLock<Weak<Engine>>,
-    lanes: OnceLock<Lanes>,
+    /// Runs each child's turns.
+    pub(crate) engine: Arc<Engine>,
+    /// Where the internal message that starts a parent's turn goes (the lanes, through the
+    /// composition root).
+    parent_turns: mpsc::UnboundedSender<JournalEntry>,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
@@ -107,6 +81,8 @@ impl Registry {
         store: Arc<dyn Store>,
         outbox: OutboxNotifier,
         config: SubagentsConfig,
+        engine: Arc<Engine>,
+        parent_turns: mpsc::UnboundedSender<JournalEntry>,
     ) -> Arc<Self> {
         Arc::new(Registry {
             hook: Hook::new(&config.hook, Duration::from_secs(config.hook_timeout_secs)),
@@ -114,25 +90,19 @@ impl Registry {
             store,
             outbox,
             config,
-            engine: OnceLock::new(),
-            lanes: OnceLock::new(),
+            engine,
+            parent_turns,
             live: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
         })
     }
 
-    pub fn attach(&self, engine: &Arc<Engine>, lanes: Lanes) {
-        let _ = self.engine.set(Arc::downgrade(engine));
-        let _ = self.lanes.set(lanes);
-    }
-
-    pub(crate) fn engine(&self) -> Option<Arc<Engine>> {
-        self.engine.get().and_then(Weak::upgrade)
-    }
-
-    pub(crate) fn lanes(&self) -> Option<&Lanes> {
-        self.lanes.get()
+    /// Start the parent's turn for a child's outcome.
+    pub(crate) fn start_parent_turn(&self, entry: JournalEntry) {
+        if self.parent_turns.send(entry).is_err() {
+            tracing::debug!("lanes closed; the parent's turn runs after restart");
+        }
     }
 
     /// Session key of a run.
@@ -140,8 +110,7 @@ impl Registry {
         format!("agent:main:subagent:{run_id}")
     }
 
-    /// Live (queued or running) children of a session.
-    pub fn live_children(&self, parent_session: &str) -> usize {
+    fn live_of(&self, parent_session: &str) -> usize {
         self.live
             .lock()
             .expect("registry lock")
@@ -150,12 +119,12 @@ impl Registry {
             .count()
     }
 
-    /// Start a child. Returns `{run_id, session_key, status}` or a refusal reason.
-    pub async fn spawn(
+    /// Start a child (see [`Spawner::spawn`]).
+    async fn start(
         self: &Arc<Self>,
         scope: &SpawnScope,
         request: SpawnRequest,
-    ) -> Result<Value, String> {
+    ) -> Result<Spawned, String> {
         let max_depth = self.config.max_depth;
         let per_turn = self.config.max_spawns_per_turn;
         if scope
@@ -173,7 +142,7 @@ impl Registry {
                 scope.depth
             ));
         }
-        let engine = self.engine().ok_or("the service is shutting down")?;
+        let engine = &self.engine;
         let model = match &request.model {
             Some(name) => {
                 let model = ModelRef::parse(name)
@@ -317,7 +286,11 @@ impl Registry {
             self.tracker
                 .spawn(async move { hook.notify(&spawned).await });
         }
-        Ok(json!({"run_id": id, "session_key": Self::session_key(&id), "status": "accepted"}))
+        Ok(Spawned {
+            session_key: Self::session_key(&id),
+            run_id: id,
+            status: "accepted",
+        })
     }
 
     /// Post a status message for a run (a new one, or an edit of `edit_of`).
@@ -385,76 +358,6 @@ impl Registry {
             .collect()
     }
 
-    /// Kill a session's child (`target` = run id or label) or all of them. Returns how many.
-    pub fn kill(&self, parent_session: &str, target: &str) -> usize {
-        let runs = self.find(parent_session, target);
-        for run in &runs {
-            run.cancel.cancel();
-        }
-        runs.len()
-    }
-
-    /// Interrupt a child's current step and continue with `message`.
-    pub fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), String> {
-        let runs = self.find(parent_session, target);
-        let run = runs
-            .first()
-            .ok_or_else(|| format!("no live subagent `{target}` in this session"))?;
-        run.steer
-            .send(message.to_string())
-            .map_err(|_| "that subagent has already ended".to_string())
-    }
-
-    /// Block until a child ends (or `timeout`): its final state and result.
-    pub async fn wait(
-        &self,
-        parent_session: &str,
-        target: &str,
-        timeout: Duration,
-    ) -> Result<Value, String> {
-        if let Some(run) = self.find(parent_session, target).first() {
-            let mut rx = run.state.subscribe();
-            let ended = matches!(
-                tokio::time::timeout(timeout, rx.wait_for(|s| FINAL_STATES.contains(&s.as_str())))
-                    .await,
-                Ok(Ok(_))
-            );
-            if !ended {
-                let status = rx.borrow().clone();
-                return Ok(
-                    json!({"run_id": run.id, "status": status, "note": "still running after the wait"}),
-                );
-            }
-        }
-        let rows = self
-            .store
-            .runs_of(parent_session)
-            .await
-            .map_err(|e| e.to_string())?;
-        let row = rows
-            .iter()
-            .find(|r| r.id == target || r.label == target)
-            .ok_or_else(|| format!("no subagent `{target}` in this session"))?;
-        Ok(json!({"run_id": row.id, "label": row.label, "status": row.state, "result": row.result}))
-    }
-
-    /// This session's children: id, label, status, runtime, model.
-    pub async fn list(&self, parent_session: &str) -> Result<Vec<Value>, String> {
-        let rows = self
-            .store
-            .runs_of(parent_session)
-            .await
-            .map_err(|e| e.to_string())?;
-        let now = crate::clock::now_ms();
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let runtime = r.started_at.map(|s| (r.ended_at.unwrap_or(now) - s) / 1000).unwrap_or(0);
-                json!({"id": r.id, "label": r.label, "status": r.state, "runtime_secs": runtime, "model": r.model})
-            })
-            .collect())
-    }
-
     /// Announce runs a previous process left unfinished, as interrupted (once each).
     /// Only runs whose origin chat is on one of `channels` (this process can deliver there).
     pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
@@ -494,5 +397,107 @@ impl Registry {
         while self.any_live() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The registry as turns see it (`Arc` because a spawned child's task holds the registry).
+#[async_trait]
+impl Spawner for Arc<Registry> {
+    async fn spawn(
+        &self,
+        scope: &SpawnScope,
+        request: SpawnRequest,
+    ) -> Result<Spawned, SpawnError> {
+        self.start(scope, request)
+            .await
+            .map_err(SpawnError::Refused)
+    }
+
+    fn kill(&self, parent_session: &str, target: &str) -> usize {
+        let runs = self.find(parent_session, target);
+        for run in &runs {
+            run.cancel.cancel();
+        }
+        runs.len()
+    }
+
+    fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError> {
+        let runs = self.find(parent_session, target);
+        let run = runs.first().ok_or_else(|| {
+            SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
+        })?;
+        run.steer
+            .send(message.to_string())
+            .map_err(|_| SpawnError::NotFound("that subagent has already ended".into()))
+    }
+
+    async fn wait(
+        &self,
+        parent_session: &str,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<RunReport, SpawnError> {
+        if let Some(run) = self.find(parent_session, target).first() {
+            let mut rx = run.state.subscribe();
+            let ended = matches!(
+                tokio::time::timeout(timeout, rx.wait_for(|s| FINAL_STATES.contains(&s.as_str())))
+                    .await,
+                Ok(Ok(_))
+            );
+            if !ended {
+                let status = rx.borrow().clone();
+                return Ok(RunReport {
+                    run_id: run.id.clone(),
+                    label: None,
+                    status,
+                    result: None,
+                    note: Some("still running after the wait"),
+                });
+            }
+        }
+        let rows = self
+            .store
+            .runs_of(parent_session)
+            .await
+            .map_err(|e| SpawnError::Store(e.to_string()))?;
+        let row = rows
+            .iter()
+            .find(|r| r.id == target || r.label == target)
+            .ok_or_else(|| {
+                SpawnError::NotFound(format!("no subagent `{target}` in this session"))
+            })?;
+        Ok(RunReport {
+            run_id: row.id.clone(),
+            label: Some(row.label.clone()),
+            status: row.state.clone(),
+            result: row.result.clone(),
+            note: None,
+        })
+    }
+
+    async fn list(&self, parent_session: &str) -> Result<Vec<RunSummary>, SpawnError> {
+        let rows = self
+            .store
+            .runs_of(parent_session)
+            .await
+            .map_err(|e| SpawnError::Store(e.to_string()))?;
+        let now = crate::clock::now_ms();
+        Ok(rows
+            .iter()
+            .map(|r| RunSummary {
+                id: r.id.clone(),
+                label: r.label.clone(),
+                status: r.state.clone(),
+                runtime_secs: r
+                    .started_at
+                    .map(|s| (r.ended_at.unwrap_or(now) - s) / 1000)
+                    .unwrap_or(0),
+                model: r.model.clone(),
+            })
+            .collect())
+    }
+
+    fn live_children(&self, parent_session: &str) -> usize {
+        self.live_of(parent_session)
     }
 }

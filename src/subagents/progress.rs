@@ -1,8 +1,10 @@
 //! A running child's status message, edited as it works (current tool).
 
-use super::{SpawnScope, texts};
+use super::texts;
 use crate::outbox::OutboxNotifier;
+use crate::spawn::{SpawnScope, StepObserver};
 use crate::storage::{NewOutbound, Store};
+use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::{Arc, Mutex};
 
@@ -32,9 +34,12 @@ impl RunProgress {
             last: Mutex::new(String::new()),
         }
     }
+}
 
+#[async_trait]
+impl StepObserver for RunProgress {
     /// The child is about to run these tools.
-    pub async fn tools(&self, names: &[&str]) {
+    async fn tools(&self, names: &[&str]) {
         let Some(id) = self.status_message else {
             return;
         };

@@ -114,13 +114,11 @@ pub(crate) async fn run(
 
 /// The child's conversation: the task, then steer instructions, until done.
 async fn execute(
-    registry: &Registry,
+    registry: &Arc<Registry>,
     spec: &RunSpec,
     mut steer: mpsc::UnboundedReceiver<String>,
 ) -> Outcome {
-    let Some(engine) = registry.engine() else {
-        return Outcome::Shutdown;
-    };
+    let engine = registry.engine.clone();
     let key = Registry::session_key(&spec.id);
     let route = ChatRoute {
         channel: "subagent".into(),
@@ -155,6 +153,8 @@ async fn execute(
         depth: spec.depth,
         origin: Some((spec.scope.origin.clone(), spec.scope.origin_message.clone())),
         progress: Some(progress),
+        // Its own children (below subagents.max_depth) are spawned through the same registry.
+        spawner: Some(Arc::new(registry.clone())),
     };
     let mut text = spec.task.clone();
     let mut step = 0u32;
@@ -313,8 +313,8 @@ pub(crate) async fn finish_row(
     };
     if let Some(journal) = registry.store.run_finish(&finish).await? {
         registry.outbox.kick(&route.channel);
-        if let (Some(entry), Some(lanes)) = (journal, registry.lanes()) {
-            lanes.submit(entry);
+        if let Some(entry) = journal {
+            registry.start_parent_turn(entry);
         }
     }
     Ok(())

@@ -40,8 +40,8 @@ pub struct ToolContext {
     pub outbox: OutboxNotifier,
     /// The session's plan tracker (None where plans are not offered).
     pub plan: Option<Arc<crate::plan::PlanTracker>>,
-    /// Where `sessions_spawn` children of this turn belong (None where spawning is off).
-    pub spawn: Option<Arc<crate::subagents::SpawnScope>>,
+    /// Subagents and where this turn's children belong (None where spawning is off).
+    pub spawn: Option<crate::spawn::SpawnHandle>,
     /// Side effects of this turn already carried out (a user's turn; None for subagents,
     /// which are not redone after a crash).
     pub effects: Option<EffectLog>,

@@ -1,17 +1,20 @@
 //! `sessions_spawn` and `subagents` (SPEC section 7): thin adapters from tool arguments to
-//! the subagent [`Registry`](crate::subagents::Registry).
+//! the turn's [`Spawner`](crate::spawn::Spawner).
 
 use super::{Tool, ToolContext, ToolError};
-use crate::subagents::{SpawnRequest, SpawnScope};
+use crate::spawn::{SpawnHandle, SpawnRequest};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
-fn scope(cx: &ToolContext) -> Result<&Arc<SpawnScope>, ToolError> {
+fn scope(cx: &ToolContext) -> Result<&SpawnHandle, ToolError> {
     cx.spawn
         .as_ref()
         .ok_or_else(|| ToolError::new("subagents are not available here"))
+}
+
+fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("plain data serialises")
 }
 
 pub struct SessionsSpawn;
@@ -60,11 +63,11 @@ impl Tool for SessionsSpawn {
             timeout_secs: args["timeout_secs"].as_u64(),
         };
         let accepted = scope
-            .registry
-            .spawn(scope, request)
+            .spawner
+            .spawn(&scope.scope, request)
             .await
-            .map_err(ToolError)?;
-        Ok(accepted.to_string())
+            .map_err(|e| ToolError(e.to_string()))?;
+        Ok(to_json(&accepted))
     }
 }
 
@@ -98,15 +101,19 @@ impl Tool for SubagentsTool {
             .then(|| Duration::from_secs(args["timeout_secs"].as_u64().unwrap_or(60) + 5))
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let scope = scope(cx)?;
-        let registry = &scope.registry;
-        let session = &scope.parent_session;
+        let handle = scope(cx)?;
+        let registry = &handle.spawner;
+        let session = &handle.scope.parent_session;
         let target = args["target"].as_str();
         let need_target =
             || target.ok_or_else(|| ToolError::new("field `target` is required for this action"));
         match args["action"].as_str().unwrap_or_default() {
             "list" => {
-                Ok(Value::Array(registry.list(session).await.map_err(ToolError)?).to_string())
+                let runs = registry
+                    .list(session)
+                    .await
+                    .map_err(|e| ToolError(e.to_string()))?;
+                Ok(to_json(&runs))
             }
             "kill" => {
                 let n = registry.kill(session, need_target()?);
@@ -118,16 +125,16 @@ impl Tool for SubagentsTool {
                     .ok_or_else(|| ToolError::new("field `message` is required for steer"))?;
                 registry
                     .steer(session, need_target()?, message)
-                    .map_err(ToolError)?;
+                    .map_err(|e| ToolError(e.to_string()))?;
                 Ok("steered".into())
             }
             "wait" => {
                 let timeout = Duration::from_secs(args["timeout_secs"].as_u64().unwrap_or(60));
-                Ok(registry
+                let report = registry
                     .wait(session, need_target()?, timeout)
                     .await
-                    .map_err(ToolError)?
-                    .to_string())
+                    .map_err(|e| ToolError(e.to_string()))?;
+                Ok(to_json(&report))
             }
             other => Err(ToolError(format!(
                 "field `action`: unknown action `{other}`"

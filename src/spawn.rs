@@ -1,0 +1,125 @@
+//! The seam between the agent loop and subagents: what a turn may ask of them
+//! ([`Spawner`]) and what a running agent reports about its steps ([`StepObserver`]).
+//!
+//! The engine and the tools depend on these traits, never on the subagent registry; the
+//! registry (`crate::subagents`) implements them and the composition root (`crate::app`)
+//! hands it to the lanes, which pass it into each turn. So the module graph has no cycle and
+//! nothing is wired after construction.
+
+use crate::providers::ModelRef;
+use async_trait::async_trait;
+use ferroclaw_channel_core::ChatRoute;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Where a spawn comes from: the spawning session and the chat/thread to announce into.
+#[derive(Clone)]
+pub struct SpawnScope {
+    pub parent_session: String,
+    pub origin: ChatRoute,
+    pub origin_message: Option<String>,
+    /// Depth of the spawning agent (the user's agent is 0).
+    pub depth: u32,
+    pub parent_model: ModelRef,
+    pub parent_system: String,
+    /// Tool names the spawning agent has.
+    pub parent_tools: Vec<String>,
+    /// Spawns already made by the turn this scope belongs to
+    /// (`subagents.max_spawns_per_turn` caps them).
+    pub spawned_this_turn: Arc<AtomicU32>,
+}
+
+/// The `sessions_spawn` parameters.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnRequest {
+    pub task: String,
+    pub label: Option<String>,
+    pub system_prompt: Option<String>,
+    pub model: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub session_mode: bool,
+    pub timeout_secs: Option<u64>,
+}
+
+/// An accepted spawn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Spawned {
+    pub run_id: String,
+    pub session_key: String,
+    pub status: &'static str,
+}
+
+/// One child of a session, as `/subagents` and the `subagents` tool list it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    pub label: String,
+    pub status: String,
+    pub runtime_secs: i64,
+    pub model: String,
+}
+
+/// What a wait for a child found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunReport {
+    pub run_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
+}
+
+/// Why a subagent request was not carried out; the text is shown to the model or the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// A limit, the hook or the arguments refused it.
+    #[error("{0}")]
+    Refused(String),
+    /// No such child, or it already ended.
+    #[error("{0}")]
+    NotFound(String),
+    /// The store failed.
+    #[error("could not record the run: {0}")]
+    Store(String),
+}
+
+/// Subagents as a turn sees them.
+#[async_trait]
+pub trait Spawner: Send + Sync {
+    /// Start a child; returns at once.
+    async fn spawn(&self, scope: &SpawnScope, request: SpawnRequest)
+    -> Result<Spawned, SpawnError>;
+    /// Kill a session's child (`target` = run id or label) or `all`. Returns how many.
+    fn kill(&self, parent_session: &str, target: &str) -> usize;
+    /// Interrupt a child's current step and continue with `message`.
+    fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError>;
+    /// Block until a child ends (or `timeout`).
+    async fn wait(
+        &self,
+        parent_session: &str,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<RunReport, SpawnError>;
+    /// This session's children, oldest first.
+    async fn list(&self, parent_session: &str) -> Result<Vec<RunSummary>, SpawnError>;
+    /// Live (queued or running) children of a session.
+    fn live_children(&self, parent_session: &str) -> usize;
+}
+
+/// Hears which tools a running agent is about to use (a subagent edits its status message).
+#[async_trait]
+pub trait StepObserver: Send + Sync {
+    async fn tools(&self, names: &[&str]);
+}
+
+/// What a turn can do with subagents: the registry and where this turn's children belong.
+#[derive(Clone)]
+pub struct SpawnHandle {
+    pub spawner: Arc<dyn Spawner>,
+    pub scope: Arc<SpawnScope>,
+}
