@@ -41,8 +41,9 @@ impl Ingress {
     pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
         let pending = self.store.journal_pending().await?;
         let mut n = 0;
-        for entry in pending {
+        for mut entry in pending {
             if channels.contains(&entry.message.route.channel) {
+                entry.redo = true; // it may have been running when the last process ended
                 self.dispatch(entry).await?;
                 n += 1;
             }

@@ -162,29 +162,29 @@ impl Inner {
     }
 
     async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {
-        // Counted before the model is called: a message whose turn kills the process
-        // (an abort no unwind can catch) is given up after a few restarts, not replayed
-        // into the same crash forever.
+        // A turn found unfinished on start is counted before the model is called: a message
+        // whose turn kills the process (an abort no unwind can catch) is given up after a few
+        // restarts, not replayed into the same crash forever.
         let mut entry = entry.clone();
-        match self.engine.begin_attempt(&entry).await {
-            Ok(started) if started > MAX_TURN_ATTEMPTS => {
-                tracing::error!(session = %entry.session_key, journal_id = entry.id, started, "turn never finished in earlier runs; giving it up");
-                if let Err(err) = self.engine.answer_given_up(&entry).await {
-                    tracing::error!(journal_id = entry.id, error = %err, "could not record the given-up turn");
+        if entry.redo {
+            match self.engine.begin_attempt(&entry).await {
+                Ok(redone) if redone >= MAX_TURN_ATTEMPTS => {
+                    tracing::error!(session = %entry.session_key, journal_id = entry.id, redone, "turn never finished in earlier runs; giving it up");
+                    if let Err(err) = self.engine.answer_given_up(&entry).await {
+                        tracing::error!(journal_id = entry.id, error = %err, "could not record the given-up turn");
+                    }
+                    return;
                 }
-                return;
-            }
-            Ok(started) => entry.attempts = started,
-            Err(err) => {
-                // Unknown: treat it as a redo, so recorded side effects are looked up.
-                entry.attempts = entry.attempts.max(1) + 1;
-                tracing::warn!(journal_id = entry.id, error = %err, "could not count the turn attempt")
+                Ok(redone) => entry.attempts = redone,
+                Err(err) => {
+                    tracing::warn!(journal_id = entry.id, error = %err, "could not count the turn attempt")
+                }
             }
         }
         let entry = &mut entry;
         for attempt in 1..=3u32 {
             if attempt > 1 {
-                entry.attempts += 1; // an in-process retry is a redo too
+                entry.redo = true; // an in-process retry is a redo too
             }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.

@@ -69,6 +69,7 @@ fn commit(
         tokens_out: 5,
         last_model: Some("p/m".into()),
         now_ms: 1_000,
+        clear_effects: true,
     }
 }
 

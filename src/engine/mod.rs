@@ -32,7 +32,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Turn starts after which a journal entry whose turns never finish is given up.
+/// A journal entry whose turn was started this many times, each time ending with the
+/// process, is given up (answered with an error) instead of being started again.
 pub const MAX_TURN_ATTEMPTS: i64 = 3;
 
 /// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
@@ -283,10 +284,12 @@ impl Engine {
             }
         };
         let in_reply_to = Some(entry.message.platform_message_id.clone());
+        let called_tools = output.entries.iter().any(|e| e.tool_calls.is_some());
         let commit = TurnCommit {
             journal_id: Some(entry.id),
             session_key: entry.session_key.clone(),
             epoch: session.epoch,
+            clear_effects: entry.redo || called_tools,
             entries: output.entries,
             outbound: output
                 .outbound
@@ -344,9 +347,9 @@ impl Engine {
         unreachable!("the loop only ends by returning")
     }
 
-    /// Count a new attempt at the turn of `entry`; returns the attempts so far, this one
-    /// included. An entry that keeps killing the process is given up after
-    /// `MAX_TURN_ATTEMPTS` (see the lane).
+    /// Count a redo of the turn of `entry` (found unfinished on start); returns the redos so
+    /// far, this one included. The first start is not counted (no write), so `n` redos mean
+    /// `n` earlier starts that never finished (see the lane).
     pub async fn begin_attempt(&self, entry: &JournalEntry) -> Result<i64, StoreError> {
         self.store.journal_begin_attempt(entry.id).await
     }
@@ -418,7 +421,7 @@ impl Engine {
             plan,
             // Only a user's turn is redone after a crash (a subagent's entry is not journalled).
             effects: (persona.is_none_or(|p| p.depth == 0) && entry.id > 0)
-                .then(|| crate::tools::EffectLog::for_journal_entry(entry.id, entry.attempts)),
+                .then(|| crate::tools::EffectLog::for_journal_entry(entry.id, entry.redo)),
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
         }
     }
@@ -482,6 +485,7 @@ impl Engine {
             tokens_out: 0,
             last_model: None,
             now_ms: crate::clock::now_ms(),
+            clear_effects: entry.redo,
         };
         match self.commit_durably(&commit).await {
             Ok(()) | Err(StoreError::AlreadyAnswered(_)) => {}

@@ -26,6 +26,9 @@ pub struct DeliveryWorker {
     wake: Arc<Notify>,
     /// One pass at a time: the run loop and an explicit flush never deliver the same row twice.
     pass_lock: tokio::sync::Mutex<()>,
+    /// Some row may be waiting for a retry time: look up the earliest after a pass. True at
+    /// start (an earlier run may have left some); false once the lookup finds none.
+    may_be_waiting: std::sync::atomic::AtomicBool,
 }
 
 /// What one pass over the pending messages found.
@@ -52,6 +55,7 @@ impl DeliveryWorker {
             channel,
             wake,
             pass_lock: tokio::sync::Mutex::new(()),
+            may_be_waiting: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -135,12 +139,20 @@ impl DeliveryWorker {
             total.delivered += r.delivered;
             total.deferred += r.deferred;
         }
-        // Rows this pass did not read may be waiting too (beyond the batch, or held back).
-        if !total.more {
+        // Rows this pass did not read may be waiting too (deferred by an earlier pass, or
+        // held back behind one). Only asked while retries exist: a healthy channel skips it.
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        if total.deferred > 0 {
+            self.may_be_waiting.store(true, Release);
+        }
+        if !total.more && self.may_be_waiting.load(Acquire) {
             total.next_attempt_at = self
                 .store
                 .outbox_next_attempt(self.channel.name(), started)
                 .await?;
+            if total.next_attempt_at.is_none() {
+                self.may_be_waiting.store(false, Release);
+            }
         }
         Ok(total)
     }

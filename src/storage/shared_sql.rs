@@ -25,6 +25,7 @@ macro_rules! impl_store {
                     session_key: row.try_get("session_key")?,
                     message,
                     attempts: row.try_get("attempts")?,
+                    redo: false,
                 })
             }
 
@@ -201,6 +202,7 @@ macro_rules! impl_store {
                         session_key: session_key.to_string(),
                         message: message.clone(),
                         attempts: 0,
+                        redo: false,
                     }));
                 }
                 let (id, session_key): (i64, String) = sqlx::query_as(
@@ -366,10 +368,12 @@ macro_rules! impl_store {
                         return Err($crate::storage::StoreError::AlreadyAnswered(journal_id));
                     }
                     // The turn is answered: its recorded side effects are no longer needed.
-                    sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
-                        .bind($crate::storage::effects_key(journal_id))
-                        .execute(&mut *tx)
-                        .await?;
+                    if turn.clear_effects {
+                        sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
+                            .bind($crate::storage::effects_key(journal_id))
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                 }
                 if !turn.entries.is_empty() {
                     // One statement for all of the turn's transcript entries.
@@ -731,6 +735,7 @@ macro_rules! impl_store {
                         session_key: parent_key.clone(),
                         message: message.clone(),
                         attempts: 0,
+                        redo: false,
                     });
                 }
                 tx.commit().await?;

@@ -26,14 +26,10 @@ impl SqliteStore {
             // A write that failed mid-transaction (disk full, I/O error) can leave the
             // connection believing it is still inside a transaction (SQLite rolled back on
             // its own, sqlx's ROLLBACK then failed). Such a connection would turn every later
-            // transaction into a savepoint of a dead one; replace it instead. The ping first
-            // lets any rollback queued by a dropped transaction run.
-            .before_acquire(|conn, _meta| {
-                Box::pin(async move {
-                    conn.ping().await?;
-                    Ok(!conn.is_in_transaction())
-                })
-            })
+            // transaction into a savepoint of a dead one; replace it instead. (Reading the
+            // depth is an atomic load; right after a dropped transaction whose rollback is
+            // still queued it also replaces a healthy connection, which is rare and cheap.)
+            .before_acquire(|conn, _meta| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
             .connect_with(options.clone())
             .await?;
         let read = SqlitePoolOptions::new()

@@ -14,9 +14,12 @@ pub struct JournalEntry {
     pub id: i64,
     pub session_key: String,
     pub message: InboundMessage,
-    /// Turns started for it so far (this one included while a turn runs). More than one
-    /// means the turn is being redone: its recorded side effects are replayed, not repeated.
+    /// Times its turn was redone after a restart found it unanswered (stored).
     pub attempts: i64,
+    /// Its turn may have run before (found unanswered on start, or retried in-process): the
+    /// attempt is counted and recorded side effects are replayed, not repeated. A first
+    /// attempt costs no extra write.
+    pub redo: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +91,9 @@ pub struct TurnCommit {
     pub tokens_out: i64,
     pub last_model: Option<String>,
     pub now_ms: i64,
+    /// Drop the side effects recorded for the journal entry's turn (it called tools, or was
+    /// redone); a turn without tool calls skips the statement.
+    pub clear_effects: bool,
 }
 
 /// One outbox row.

@@ -163,6 +163,7 @@ async fn execute(
         let entry = JournalEntry {
             id: 0,
             attempts: 0,
+            redo: false,
             session_key: key.clone(),
             message: InboundMessage {
                 route: route.clone(),
@@ -212,6 +213,7 @@ async fn execute(
                 tokens_out: output.tokens_out,
                 last_model: output.model,
                 now_ms: crate::clock::now_ms(),
+                clear_effects: false,
             })
             .await
         {

@@ -2,7 +2,7 @@
 //! repeat them. A call of a tool that is not read-only is recorded (tool, arguments, and how
 //! many times the same call came before in this turn) with its result; when the redone turn
 //! makes the same call again, the stored result is returned and the tool is not run. The
-//! records of a turn are deleted when the turn commits (`Store::commit_turn`).
+//! records of a turn are deleted when the turn commits (`TurnCommit::clear_effects`).
 
 use crate::storage::Store;
 use sha2::{Digest, Sha256};
@@ -21,10 +21,11 @@ pub struct EffectLog {
 }
 
 impl EffectLog {
-    pub fn for_journal_entry(journal_id: i64, attempts: i64) -> Self {
+    pub fn for_journal_entry(journal_id: i64, redo: bool) -> Self {
         EffectLog {
             turn_key: crate::storage::effects_key(journal_id),
-            redo: attempts > 1,
+            redo,
+
             seen: Mutex::new(HashMap::new()),
         }
     }
