@@ -1,8 +1,4 @@
-//! Wall-clock time as unix milliseconds, the one time format the store uses.
+//! Wall-clock time as unix milliseconds, the one time format the store uses (the helper
+//! itself lives in `ferroclaw_channel_core::clock`, shared with the adapters).
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use ferroclaw_channel_core::clock::now_ms;

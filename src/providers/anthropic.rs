@@ -1,6 +1,6 @@
 //! Anthropic Messages API (`POST {base_url}/v1/messages`, SSE streaming, tool use).
 
-use super::openai::classify_status;
+use super::http_error::classify_status;
 use super::stream_limits;
 use super::{
     ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,

@@ -8,6 +8,7 @@
 
 mod anthropic;
 mod chain;
+mod http_error;
 mod openai;
 mod sse;
 mod stream_limits;

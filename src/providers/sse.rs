@@ -2,7 +2,7 @@
 //! read the SSE answer event by event (parsing via `eventsource-stream`).
 
 use super::ProviderError;
-use super::openai::{classify_status, retry_after, transport_error};
+use super::http_error::{classify_status, retry_after, transport_error};
 use super::stream_limits::MAX_STREAM_BYTES;
 use eventsource_stream::{Event, EventStream, Eventsource};
 use futures::{Stream, StreamExt};

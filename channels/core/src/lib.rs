@@ -8,6 +8,7 @@
 //! It must not know any platform type (teloxide, serenity, HTTP bodies), nor storage or the
 //! engine: adapters depend on it, never the other way round.
 
+pub mod clock;
 mod message;
 mod route;
 

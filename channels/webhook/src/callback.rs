@@ -61,10 +61,7 @@ impl Channel for WebhookChannel {
             return Ok(delivered);
         };
         let body = serde_json::to_vec(&payload(message, true)).expect("JSON values serialise");
-        let timestamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let timestamp = ferroclaw_channel_core::clock::now_secs();
         let signature = crate::sign(self.secret.expose_secret().as_bytes(), timestamp, &body);
         let response = self
             .http

@@ -8,6 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{
     Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, OutboundMessage, Sender,
 };
@@ -125,13 +126,6 @@ impl AppState {
             .get(name)
             .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))
     }
-}
-
-fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[derive(serde::Deserialize)]
