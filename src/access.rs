@@ -4,7 +4,7 @@
 //! stranger's message never reaches the model. Channels without a policy are open.
 
 use crate::config::AccessMode;
-use crate::storage::{PairingOutcome, PairingRequest, Store, StoreResult};
+use crate::storage::{PairingOutcome, PairingRequest, PairingState, Store, StoreResult};
 use ferroclaw_channel_core::{ChatKind, InboundMessage};
 use std::collections::{HashMap, HashSet};
 
@@ -50,7 +50,7 @@ impl Access {
             return Ok(Verdict::Deny);
         }
         if let Some(row) = store.pairing_get(channel, user).await?
-            && row.state == "approved"
+            && row.state == PairingState::Approved
         {
             return Ok(Verdict::Allow);
         }

@@ -1,7 +1,7 @@
 //! Observing the end of turns (a journal entry answered), for webhook `?wait=`.
 //! A hint channel only: the journal in the store is the truth, checked after subscribing.
 
-use crate::storage::Store;
+use crate::storage::{JournalState, Store};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
@@ -29,8 +29,10 @@ impl TurnWatch {
         let mut rx = self.tx.subscribe();
         let done = async {
             loop {
-                if matches!(store.journal_state(journal_id).await, Ok(Some(state)) if state == "done")
-                {
+                if matches!(
+                    store.journal_state(journal_id).await,
+                    Ok(Some(JournalState::Done))
+                ) {
                     return;
                 }
                 loop {

@@ -549,7 +549,9 @@ async fn a_message_that_can_never_be_delivered_is_marked_failed_after_its_attemp
         Duration::from_secs(30),
         || async {
             let rows = store.outbox_conversation("down", "c", 0, 10).await.unwrap();
-            rows.iter().all(|r| r.state == "rejected").then_some(rows)
+            rows.iter()
+                .all(|r| r.state == ferroclaw::storage::OutboxState::Rejected)
+                .then_some(rows)
         },
     )
     .await;

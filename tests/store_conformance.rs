@@ -3,8 +3,8 @@
 mod common;
 
 use ferroclaw::storage::{
-    JournalInsert, NewOutbound, NewTranscriptEntry, PostgresStore, SqliteStore, Store, StoreError,
-    TurnCommit,
+    JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, OutboxState, PairingState,
+    PostgresStore, RunMode, RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -46,9 +46,13 @@ fn out(route: &ChatRoute, text: &str) -> NewOutbound {
 
 fn entry(role: &str, content: &str) -> NewTranscriptEntry {
     NewTranscriptEntry {
-        role: role.into(),
+        role: TranscriptRole::parse(role).expect("a transcript role"),
         content: content.into(),
-        ..Default::default()
+        tool_calls: None,
+        tool_call_id: None,
+        model: None,
+        tokens_in: 0,
+        tokens_out: 0,
     }
 }
 
@@ -137,8 +141,8 @@ async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
     assert_eq!(ids.len(), 2);
     assert!(ids[0] < ids[1]);
     assert_eq!(
-        store.journal_state(j.id).await.unwrap().as_deref(),
-        Some("done")
+        store.journal_state(j.id).await.unwrap(),
+        Some(JournalState::Done)
     );
     assert!(
         store
@@ -367,8 +371,8 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(later.len(), 1);
-    assert_eq!(later[0].state, "pending");
-    assert_eq!(conv[0].state, "delivered");
+    assert_eq!(later[0].state, OutboxState::Pending);
+    assert_eq!(conv[0].state, OutboxState::Delivered);
 
     assert_eq!(store.outbox_last_id("webhook:o").await.unwrap(), edit_id);
     assert_eq!(store.outbox_last_id("webhook:empty").await.unwrap(), 0);
@@ -477,8 +481,8 @@ async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
         .unwrap()
         .unwrap();
     assert_eq!(
-        (approved.user_id.as_str(), approved.state.as_str()),
-        ("4", "approved")
+        (approved.user_id.as_str(), approved.state),
+        ("4", PairingState::Approved)
     );
     assert!(
         store
@@ -495,7 +499,7 @@ async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
             .unwrap()
             .unwrap()
             .state,
-        "approved"
+        PairingState::Approved
     );
     assert_eq!(
         store.pairing_list(99_999_999).await.unwrap().len(),
@@ -518,8 +522,8 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         label: "alpha".into(),
         task: "do it".into(),
         model: "p/m".into(),
-        mode: "run".into(),
-        state: "queued".into(),
+        mode: RunMode::Run,
+        state: RunState::Queued,
         result: None,
         status_message: None,
         announced: false,
@@ -529,7 +533,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
     };
     store.run_insert(&run).await.unwrap();
     store
-        .run_set_state("run1", "running", Some(6))
+        .run_set_state("run1", RunState::Running, Some(6))
         .await
         .unwrap();
     store.run_set_status_message("run1", 77).await.unwrap();
@@ -547,7 +551,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
     let parent_message = inbound(&origin, "subagent:run1", "[Subagent alpha ended]");
     let finish = RunFinish {
         run_id: "run1".into(),
-        state: "done".into(),
+        state: RunState::Done,
         result: "42".into(),
         announcement: NewOutbound {
             kind: OutboundKind::Announce,

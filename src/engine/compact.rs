@@ -5,7 +5,7 @@
 
 use super::{Engine, TurnError, context};
 use crate::providers::{ChatMessage, ChatRequest, Role};
-use crate::storage::{SessionRow, TranscriptEntry};
+use crate::storage::{SessionRow, TranscriptEntry, TranscriptRole};
 
 /// Entries kept verbatim after a compaction (moved back to the nearest user message).
 const KEEP_RECENT: usize = 8;
@@ -95,7 +95,7 @@ async fn compact(
         }
         split -= 1;
     }
-    while split < window.len() && window[split].role != "user" {
+    while split < window.len() && window[split].role != TranscriptRole::User {
         split += 1;
     }
     if split == 0 {

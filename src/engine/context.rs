@@ -2,7 +2,7 @@
 //! Reads a bounded number of entries so a turn's cost stays flat as history grows.
 
 use crate::providers::{ChatMessage, Role, ToolCall};
-use crate::storage::TranscriptEntry;
+use crate::storage::{TranscriptEntry, TranscriptRole};
 
 /// Transcript entries loaded per turn (older history lives in the session summary).
 pub const HISTORY_ENTRIES: i64 = 48;
@@ -18,12 +18,10 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
     // A window may start in the middle of a tool exchange; skip to the first user message.
     let start = history
         .iter()
-        .position(|e| e.role == "user")
+        .position(|e| e.role == TranscriptRole::User)
         .unwrap_or(history.len());
     for entry in &history[start..] {
-        let Some(role) = Role::parse(&entry.role) else {
-            continue;
-        };
+        let role = super::turn::model_role(entry.role);
         let tool_calls: Vec<ToolCall> = entry
             .tool_calls
             .as_deref()

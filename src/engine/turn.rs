@@ -4,10 +4,28 @@
 use super::{Engine, Persona, TurnError, TurnOutput, compact};
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
-use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow};
+use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow, TranscriptRole};
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// A chat message's role as the transcript stores it.
+pub(super) fn stored_role(role: Role) -> TranscriptRole {
+    match role {
+        Role::User => TranscriptRole::User,
+        Role::Assistant => TranscriptRole::Assistant,
+        Role::Tool => TranscriptRole::Tool,
+    }
+}
+
+/// A stored transcript role as a chat message's.
+pub(super) fn model_role(role: TranscriptRole) -> Role {
+    match role {
+        TranscriptRole::User => Role::User,
+        TranscriptRole::Assistant => Role::Assistant,
+        TranscriptRole::Tool => Role::Tool,
+    }
+}
 
 pub(super) fn entry_for(
     message: &ChatMessage,
@@ -15,7 +33,7 @@ pub(super) fn entry_for(
     tokens: (i64, i64),
 ) -> NewTranscriptEntry {
     NewTranscriptEntry {
-        role: message.role.as_str().into(),
+        role: stored_role(message.role),
         content: message.content.clone(),
         tool_calls: (!message.tool_calls.is_empty())
             .then(|| serde_json::to_string(&message.tool_calls).expect("tool calls serialise")),

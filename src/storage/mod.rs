@@ -9,11 +9,13 @@ mod connect;
 mod postgres;
 mod shared_sql;
 mod sqlite;
+mod states;
 mod types;
 
 pub use connect::connect;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use states::{JournalState, OutboxState, PairingState, RunMode, RunState, TranscriptRole};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -57,7 +59,7 @@ pub trait Store: Send + Sync {
     /// Journal entries not yet answered, oldest first.
     async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
     /// State of one journal entry (`pending` or `done`).
-    async fn journal_state(&self, id: i64) -> StoreResult<Option<String>>;
+    async fn journal_state(&self, id: i64) -> StoreResult<Option<JournalState>>;
 
     /// The session row, created (epoch 0) when it does not exist yet.
     async fn session_get_or_create(
@@ -177,7 +179,7 @@ pub trait Store: Send + Sync {
     async fn run_set_state(
         &self,
         id: &str,
-        state: &str,
+        state: RunState,
         started_at: Option<i64>,
     ) -> StoreResult<()>;
     async fn run_set_status_message(&self, id: &str, outbox_id: i64) -> StoreResult<()>;

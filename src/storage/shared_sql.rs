@@ -64,7 +64,7 @@ macro_rules! impl_store {
                         edit_platform_id: row.try_get("edit_platform_id")?,
                     },
                     session_key: row.try_get("session_key")?,
-                    state: row.try_get("state")?,
+                    state: $crate::storage::states::parse_stored("outbox state", &row.try_get::<String, _>("state")?, $crate::storage::OutboxState::parse)?,
                     attempts: row.try_get("attempts")?,
                     next_attempt_at: row.try_get("next_attempt_at")?,
                     platform_message_id: row.try_get("platform_message_id")?,
@@ -85,8 +85,8 @@ macro_rules! impl_store {
                     label: row.try_get("label")?,
                     task: row.try_get("task")?,
                     model: row.try_get("model")?,
-                    mode: row.try_get("mode")?,
-                    state: row.try_get("state")?,
+                    mode: $crate::storage::states::parse_stored("run mode", &row.try_get::<String, _>("mode")?, $crate::storage::RunMode::parse)?,
+                    state: $crate::storage::states::parse_stored("run state", &row.try_get::<String, _>("state")?, $crate::storage::RunState::parse)?,
                     result: row.try_get("result")?,
                     status_message: row.try_get("status_message")?,
                     announced: announced != 0,
@@ -103,7 +103,7 @@ macro_rules! impl_store {
                     user_id: row.try_get("user_id")?,
                     user_name: row.try_get("user_name")?,
                     code: row.try_get("code")?,
-                    state: row.try_get("state")?,
+                    state: $crate::storage::states::parse_stored("pairing state", &row.try_get::<String, _>("state")?, $crate::storage::PairingState::parse)?,
                     created_at: row.try_get("created_at")?,
                     expires_at: row.try_get("expires_at")?,
                 })
@@ -235,11 +235,14 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_journal).collect()
             }
 
-            async fn journal_state(&self, id: i64) -> $crate::storage::StoreResult<Option<String>> {
-                Ok(sqlx::query_scalar("SELECT state FROM inbound WHERE id = $1")
+            async fn journal_state(&self, id: i64) -> $crate::storage::StoreResult<Option<$crate::storage::JournalState>> {
+                let state: Option<String> = sqlx::query_scalar("SELECT state FROM inbound WHERE id = $1")
                     .bind(id)
                     .fetch_optional(&self.read)
-                    .await?)
+                    .await?;
+                state
+                    .map(|s| $crate::storage::states::parse_stored("journal state", &s, $crate::storage::JournalState::parse))
+                    .transpose()
             }
 
             async fn session_get_or_create(
@@ -351,9 +354,11 @@ macro_rules! impl_store {
                     .into_iter()
                     .rev()
                     .map(|(id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out)| {
-                        $crate::storage::TranscriptEntry { id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out }
+                        let role: String = role;
+                        let role = $crate::storage::states::parse_stored("transcript role", &role, $crate::storage::TranscriptRole::parse)?;
+                        Ok($crate::storage::TranscriptEntry { id, role, content, tool_calls, tool_call_id, model, tokens_in, tokens_out })
                     })
-                    .collect())
+                    .collect::<$crate::storage::StoreResult<Vec<_>>>()?)
             }
 
             async fn commit_turn(&self, turn: &$crate::storage::TurnCommit) -> $crate::storage::StoreResult<Vec<i64>> {
@@ -384,7 +389,7 @@ macro_rules! impl_store {
                     insert.push_values(&turn.entries, |mut row, entry| {
                         row.push_bind(&turn.session_key)
                             .push_bind(turn.epoch)
-                            .push_bind(&entry.role)
+                            .push_bind(entry.role.as_str())
                             .push_bind(&entry.content)
                             .push_bind(&entry.tool_calls)
                             .push_bind(&entry.tool_call_id)
@@ -655,8 +660,8 @@ macro_rules! impl_store {
                 .bind(&run.label)
                 .bind(&run.task)
                 .bind(&run.model)
-                .bind(&run.mode)
-                .bind(&run.state)
+                .bind(run.mode.as_str())
+                .bind(run.state.as_str())
                 .bind(run.created_at)
                 .execute(&self.write)
                 .await?;
@@ -683,10 +688,10 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_run).collect()
             }
 
-            async fn run_set_state(&self, id: &str, state: &str, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {
+            async fn run_set_state(&self, id: &str, state: $crate::storage::RunState, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {
                 sqlx::query("UPDATE runs SET state = $2, started_at = COALESCE($3, started_at) WHERE id = $1 AND announced = 0")
                     .bind(id)
-                    .bind(state)
+                    .bind(state.as_str())
                     .bind(started_at)
                     .execute(&self.write)
                     .await?;
@@ -711,7 +716,7 @@ macro_rules! impl_store {
                     "UPDATE runs SET state = $2, result = $3, ended_at = $4, announced = 1 WHERE id = $1 AND announced = 0",
                 )
                 .bind(&finish.run_id)
-                .bind(&finish.state)
+                .bind(finish.state.as_str())
                 .bind(&finish.result)
                 .bind(finish.now_ms)
                 .execute(&mut *tx)

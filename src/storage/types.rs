@@ -1,5 +1,6 @@
 //! Rows the store reads and writes, in ferroclaw's own types.
 
+use super::states::{OutboxState, PairingState, RunMode, RunState, TranscriptRole};
 use ferroclaw_channel_core::{ChatRoute, InboundMessage, OutboundKind, OutboundMessage};
 
 /// The key under which the side effects of a journal entry's turn are recorded
@@ -48,7 +49,7 @@ pub struct SessionRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranscriptEntry {
     pub id: i64,
-    pub role: String,
+    pub role: TranscriptRole,
     pub content: String,
     /// JSON array of tool calls made by an assistant message.
     pub tool_calls: Option<String>,
@@ -58,9 +59,9 @@ pub struct TranscriptEntry {
     pub tokens_out: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTranscriptEntry {
-    pub role: String,
+    pub role: TranscriptRole,
     pub content: String,
     pub tool_calls: Option<String>,
     pub tool_call_id: Option<String>,
@@ -101,7 +102,7 @@ pub struct TurnCommit {
 pub struct OutboxEntry {
     pub message: OutboundMessage,
     pub session_key: String,
-    pub state: String,
+    pub state: OutboxState,
     pub attempts: i64,
     pub next_attempt_at: i64,
     pub platform_message_id: Option<String>,
@@ -119,8 +120,7 @@ pub struct PairingRow {
     pub user_id: String,
     pub user_name: String,
     pub code: Option<String>,
-    /// `pending` or `approved`.
-    pub state: String,
+    pub state: PairingState,
     pub created_at: i64,
     pub expires_at: i64,
 }
@@ -152,9 +152,8 @@ pub struct RunRow {
     pub label: String,
     pub task: String,
     pub model: String,
-    pub mode: String,
-    /// queued, running, done, failed, timed_out, killed, interrupted.
-    pub state: String,
+    pub mode: RunMode,
+    pub state: RunState,
     pub result: Option<String>,
     pub status_message: Option<i64>,
     pub announced: bool,
@@ -168,7 +167,7 @@ pub struct RunRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFinish {
     pub run_id: String,
-    pub state: String,
+    pub state: RunState,
     pub result: String,
     pub announcement: NewOutbound,
     pub status_edit: Option<NewOutbound>,

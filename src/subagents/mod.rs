@@ -21,7 +21,7 @@ use crate::engine::Engine;
 use crate::outbox::OutboxNotifier;
 use crate::providers::ModelRef;
 use crate::spawn::{RunReport, RunSummary, SpawnError, SpawnRequest, SpawnScope, Spawned, Spawner};
-use crate::storage::{JournalEntry, NewOutbound, RunRow, Store, StoreError};
+use crate::storage::{JournalEntry, NewOutbound, RunMode, RunRow, RunState, Store, StoreError};
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::json;
@@ -52,12 +52,10 @@ pub(crate) struct LiveRun {
     pub id: String,
     pub parent_session: String,
     pub label: String,
-    pub state: watch::Sender<String>,
+    pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
     pub steer: mpsc::UnboundedSender<String>,
 }
-
-pub const FINAL_STATES: &[&str] = &["done", "failed", "timed_out", "killed", "interrupted"];
 
 pub struct Registry {
     pub(crate) store: Arc<dyn Store>,
@@ -185,7 +183,7 @@ impl Registry {
             id: id.clone(),
             parent_session: scope.parent_session.clone(),
             label: label.clone(),
-            state: watch::channel("queued".to_string()).0,
+            state: watch::channel(RunState::Queued).0,
             cancel: CancellationToken::new(),
             steer: steer_tx,
         });
@@ -220,12 +218,11 @@ impl Registry {
             task: request.task.clone(),
             model: model.to_string(),
             mode: if request.session_mode {
-                "session"
+                RunMode::Session
             } else {
-                "run"
-            }
-            .into(),
-            state: "queued".into(),
+                RunMode::Run
+            },
+            state: RunState::Queued,
             result: None,
             status_message: None,
             announced: false,
@@ -236,7 +233,7 @@ impl Registry {
         let stored = |e: StoreError| format!("could not record the run: {e}");
         self.store.run_insert(&row).await.map_err(stored)?;
         let status_message = self
-            .post_status(scope, None, texts::status(&label, "queued"))
+            .post_status(scope, None, texts::status(&label, RunState::Queued.word()))
             .await
             .map_err(stored)?;
         self.store
@@ -371,7 +368,7 @@ impl Registry {
             runner::finish_row(
                 self,
                 &row,
-                "interrupted",
+                RunState::Interrupted,
                 "The service restarted while this subagent ran; it did not finish.".into(),
             )
             .await?;
@@ -440,12 +437,11 @@ impl Spawner for Arc<Registry> {
         if let Some(run) = self.find(parent_session, target).first() {
             let mut rx = run.state.subscribe();
             let ended = matches!(
-                tokio::time::timeout(timeout, rx.wait_for(|s| FINAL_STATES.contains(&s.as_str())))
-                    .await,
+                tokio::time::timeout(timeout, rx.wait_for(|s| s.is_final())).await,
                 Ok(Ok(_))
             );
             if !ended {
-                let status = rx.borrow().clone();
+                let status = rx.borrow().as_str().to_string();
                 return Ok(RunReport {
                     run_id: run.id.clone(),
                     label: None,
@@ -469,7 +465,7 @@ impl Spawner for Arc<Registry> {
         Ok(RunReport {
             run_id: row.id.clone(),
             label: Some(row.label.clone()),
-            status: row.state.clone(),
+            status: row.state.as_str().to_string(),
             result: row.result.clone(),
             note: None,
         })
@@ -487,7 +483,7 @@ impl Spawner for Arc<Registry> {
             .map(|r| RunSummary {
                 id: r.id.clone(),
                 label: r.label.clone(),
-                status: r.state.clone(),
+                status: r.state.as_str().to_string(),
                 runtime_secs: r
                     .started_at
                     .map(|s| (r.ended_at.unwrap_or(now) - s) / 1000)

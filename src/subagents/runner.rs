@@ -4,7 +4,9 @@
 
 use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
 use crate::engine::Persona;
-use crate::storage::{JournalEntry, NewOutbound, RunFinish, RunRow, StoreError, TurnCommit};
+use crate::storage::{
+    JournalEntry, NewOutbound, RunFinish, RunMode, RunRow, RunState, StoreError, TurnCommit,
+};
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 enum Outcome {
     Ended {
-        state: &'static str,
+        state: RunState,
         result: String,
     },
     /// The service is stopping: leave the run unannounced (reported after restart).
@@ -37,17 +39,17 @@ pub(crate) async fn run(
         let now = crate::clock::now_ms();
         if let Err(e) = registry
             .store
-            .run_set_state(&spec.id, "running", Some(now))
+            .run_set_state(&spec.id, RunState::Running, Some(now))
             .await
         {
             tracing::warn!(run_id = %spec.id, error = %e, "could not mark the run running");
         }
-        live.state.send_replace("running".into());
+        live.state.send_replace(RunState::Running);
         if let Err(e) = registry
             .post_status(
                 &spec.scope,
                 spec.status_message,
-                texts::status(&spec.label, "running"),
+                texts::status(&spec.label, RunState::Running.word()),
             )
             .await
         {
@@ -56,7 +58,7 @@ pub(crate) async fn run(
         match tokio::time::timeout(spec.timeout, execute(&registry, &spec, steer)).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::Ended {
-                state: "timed_out",
+                state: RunState::TimedOut,
                 result: format!(
                     "Timed out after {} s without finishing.",
                     spec.timeout.as_secs()
@@ -66,7 +68,7 @@ pub(crate) async fn run(
     };
     let outcome = tokio::select! {
         _ = shutdown.cancelled() => Outcome::Shutdown,
-        _ = live.cancel.cancelled() => Outcome::Ended { state: "killed", result: "Killed before it finished.".into() },
+        _ = live.cancel.cancelled() => Outcome::Ended { state: RunState::Killed, result: "Killed before it finished.".into() },
         outcome = work => outcome,
     };
     match outcome {
@@ -83,8 +85,8 @@ pub(crate) async fn run(
                 label: spec.label.clone(),
                 task: spec.task.clone(),
                 model: spec.model.to_string(),
-                mode: String::new(),
-                state: state.into(),
+                mode: RunMode::Run,
+                state,
                 result: None,
                 status_message: spec.status_message,
                 announced: false,
@@ -102,10 +104,9 @@ pub(crate) async fn run(
                 tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
             }
             // Waiters read the outcome from the store: tell them only once it is there.
-            live.state.send_replace(state.to_string());
-            let event =
-                json!({"event": "ended", "run_id": spec.id, "label": spec.label, "state": state});
-            tracing::info!(run_id = %spec.id, label = %spec.label, state, "subagent ended");
+            live.state.send_replace(state);
+            let event = json!({"event": "ended", "run_id": spec.id, "label": spec.label, "state": state.as_str()});
+            tracing::info!(run_id = %spec.id, label = %spec.label, state = state.as_str(), "subagent ended");
             registry.hook.notify(&event).await;
         }
     }
@@ -134,7 +135,7 @@ async fn execute(
         Ok(s) => s,
         Err(e) => {
             return Outcome::Ended {
-                state: "failed",
+                state: RunState::Failed,
                 result: format!("could not open its session: {e}"),
             };
         }
@@ -194,7 +195,7 @@ async fn execute(
             Ok(output) => output,
             Err(e) => {
                 return Outcome::Ended {
-                    state: "failed",
+                    state: RunState::Failed,
                     result: format!("storage failed: {e}"),
                 };
             }
@@ -227,7 +228,11 @@ async fn execute(
         }
         if !spec.session_mode {
             return Outcome::Ended {
-                state: if failed { "failed" } else { "done" },
+                state: if failed {
+                    RunState::Failed
+                } else {
+                    RunState::Done
+                },
                 result: reply,
             };
         }
@@ -246,7 +251,7 @@ async fn execute(
             Some(message) => text = message,
             None => {
                 return Outcome::Ended {
-                    state: "done",
+                    state: RunState::Done,
                     result: reply,
                 };
             }
@@ -268,7 +273,7 @@ fn short(text: &str) -> String {
 pub(crate) async fn finish_row(
     registry: &Registry,
     row: &RunRow,
-    state: &str,
+    state: RunState,
     result: String,
 ) -> Result<(), StoreError> {
     let route = &row.origin_route;
@@ -282,7 +287,7 @@ pub(crate) async fn finish_row(
     let status_edit = row.status_message.map(|id| NewOutbound {
         route: route.clone(),
         kind: OutboundKind::Status,
-        text: texts::status(&row.label, texts::state_word(state)),
+        text: texts::status(&row.label, state.word()),
         in_reply_to: row.origin_message.clone(),
         edit_of: Some(id),
     });
@@ -306,7 +311,7 @@ pub(crate) async fn finish_row(
     });
     let finish = RunFinish {
         run_id: row.id.clone(),
-        state: state.into(),
+        state,
         result,
         announcement,
         status_edit,
