@@ -2,7 +2,7 @@
 //!
 //! [`Store`] is the only way the rest of ferroclaw touches the database. It has one SQLite and
 //! one PostgreSQL implementation that share their SQL text (`shared_sql.rs`) and pass one
-//! conformance suite (`tests/store_conformance.rs`). This module knows rows and
+//! conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
 //! transactions; it does not know channels, models or chat commands.
 
 mod connect;

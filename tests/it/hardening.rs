@@ -3,13 +3,11 @@
 //! clients, a crash in the middle of a turn with side effects, a receiver that is down,
 //! runaway spawning, `web_fetch` through a system proxy, and the smaller ones.
 
-mod common;
-
-use common::hook::{Hook, now};
-use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
-use common::service::{Service, Workdir, config_with_llm};
-use common::wait_for;
+use crate::common::hook::{Hook, now};
+use crate::common::inproc::{InProc, config};
+use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::wait_for;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -303,7 +301,7 @@ async fn slow_clients_are_cut_off_and_do_not_starve_the_server() {
     wait_for(
         "/healthz to answer past the slow clients",
         Duration::from_secs(30),
-        || common::answers_200(&client, &healthz),
+        || crate::common::answers_200(&client, &healthz),
     )
     .await;
     let hook = Hook::new(&service, SECRET);

@@ -1,14 +1,12 @@
 //! `ferroclaw chat` with piped input against an OpenAI-compatible stand-in.
 
-mod common;
-
-use common::llm::{Behaviour, LlmStandIn};
-use common::service::{chat, config_with_llm, folder_with};
+use crate::common::llm::{Behaviour, LlmStandIn};
+use crate::common::service::{chat, config_with_llm, folder_with};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_answers_piped_lines_in_order_and_exits_zero() {
     let llm = LlmStandIn::start(|body, _| {
-        Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
+        Behaviour::reply(format!("echo: {}", crate::common::llm::last_user(body)))
     })
     .await;
     let dir = folder_with(&config_with_llm(&llm.url, ""));

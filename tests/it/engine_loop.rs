@@ -1,9 +1,7 @@
 //! The tool loop, tools, compaction and /stop, through the real app with a scripted LLM.
 
-mod common;
-
-use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, Protocol, tool_results};
+use crate::common::inproc::{InProc, config};
+use crate::common::llm::{Behaviour, LlmStandIn, Protocol, tool_results};
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -213,7 +211,7 @@ async fn history_is_compacted_before_the_limit_and_the_summary_is_used() {
     app.wait_delivered(4).await;
     let requests = llm.requests();
     let is_summary =
-        |r: &common::llm::Recorded| r.system().starts_with("You summarise conversations");
+        |r: &crate::common::llm::Recorded| r.system().starts_with("You summarise conversations");
     let first_summary = requests
         .iter()
         .position(is_summary)
@@ -268,7 +266,7 @@ async fn a_context_length_error_compacts_and_retries_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_ends_a_long_turn_within_a_second_and_the_session_goes_on() {
     let llm = LlmStandIn::start(|body, _| {
-        if common::llm::last_user(body) == "take forever" {
+        if crate::common::llm::last_user(body) == "take forever" {
             Behaviour::Hang
         } else {
             Behaviour::reply("next answer")
@@ -277,7 +275,7 @@ async fn stop_ends_a_long_turn_within_a_second_and_the_session_goes_on() {
     .await;
     let app = InProc::start(&config(&llm.url, "", "")).await;
     app.say("c", "take forever").await;
-    common::wait_for("the long call to start", Duration::from_secs(5), || async {
+    crate::common::wait_for("the long call to start", Duration::from_secs(5), || async {
         (llm.count() == 1).then_some(())
     })
     .await;

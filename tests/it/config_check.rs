@@ -1,9 +1,7 @@
 //! `ferroclaw config check`: exit 2 with one line per problem naming the key; secrets never
 //! printed; the documented example is itself valid.
 
-mod common;
-
-use common::service::{Finished, run};
+use crate::common::service::{Finished, run};
 
 fn check(config: &str, env: &[(&str, &str)]) -> Finished {
     let dir = tempfile::tempdir().unwrap();

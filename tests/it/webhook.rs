@@ -1,13 +1,11 @@
 //! The signed webhook channel end to end through the real `serve`: every rule of SPEC
 //! section 5 (Webhook) against a loopback LLM stand-in and callback receiver.
 
-mod common;
-
-use common::hook::{Hook, now};
-use common::llm::{Behaviour, LlmStandIn};
-use common::receiver::Receiver;
-use common::service::{Service, Workdir, config_with_llm};
-use common::wait_for;
+use crate::common::hook::{Hook, now};
+use crate::common::llm::{Behaviour, LlmStandIn};
+use crate::common::receiver::Receiver;
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::wait_for;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -202,7 +200,7 @@ async fn wait_returns_the_reply_text() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_sent_during_a_running_turn_is_answered_after_it() {
     let llm = LlmStandIn::start(|body, _| {
-        let text = common::llm::last_user(body);
+        let text = crate::common::llm::last_user(body);
         Behaviour::slow(
             format!("echo: {text}"),
             if text == "slow" {

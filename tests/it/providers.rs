@@ -1,9 +1,7 @@
 //! Providers and the fallback chain against OpenAI- and Anthropic-protocol stand-ins on
 //! loopback: stream reassembly, and what each error class does (SPEC section 9).
 
-mod common;
-
-use common::llm::{Behaviour, LlmStandIn};
+use crate::common::llm::{Behaviour, LlmStandIn};
 use ferroclaw::providers::{
     AnthropicProvider, ChainError, ChatMessage, ChatRequest, FallbackChain, ModelProvider,
     ModelRef, OpenAiProvider, ProviderError, Role, ToolSpec,

@@ -2,14 +2,12 @@
 //! exactly once (also across kill -9), the parent reacting, limits, kill, steer, timeout and
 //! the spawn hook.
 
-mod common;
-
-use common::hook::Hook;
-use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, Recorded, last_user, tool_results};
-use common::service::{Service, Workdir, config_with_llm};
-use common::telegram::{TOKEN, TelegramStandIn, group};
-use common::wait_for;
+use crate::common::hook::Hook;
+use crate::common::inproc::{InProc, config};
+use crate::common::llm::{Behaviour, LlmStandIn, Recorded, last_user, tool_results};
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::telegram::{TOKEN, TelegramStandIn, group};
+use crate::common::wait_for;
 use ferroclaw_channel_core::{OutboundKind, OutboundMessage};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -532,8 +530,8 @@ async fn wait_blocks_for_a_child_and_session_mode_children_stay_for_steering() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_waits_for_running_subagents_at_end_of_input() {
     let llm = standin(vec![spawn("slow 300", "helper")]).await;
-    let dir = common::service::folder_with(&config_with_llm(&llm.url, ""));
-    let out = common::service::chat(dir.path(), "go\n", &[]).await;
+    let dir = crate::common::service::folder_with(&config_with_llm(&llm.url, ""));
+    let out = crate::common::service::chat(dir.path(), "go\n", &[]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout.contains("🤖 helper — done\nresult of slow 300"),

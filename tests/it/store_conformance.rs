@@ -1,7 +1,5 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
-mod common;
-
 use ferroclaw::storage::{
     JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, OutboxState, PairingState,
     PostgresStore, RunMode, RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit,
@@ -618,6 +616,6 @@ async fn the_sqlite_store_passes_the_conformance_suite() {
 
 #[tokio::test]
 async fn the_postgres_store_passes_the_conformance_suite() {
-    let url = common::pg::fresh_database().await;
+    let url = crate::common::pg::fresh_database().await;
     suite(Arc::new(PostgresStore::connect(&url).await.unwrap())).await;
 }

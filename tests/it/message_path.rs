@@ -1,13 +1,11 @@
 //! The durable message path through the real `serve`: in order per session, concurrent across
 //! sessions, deduplicated, and exactly once across a kill -9.
 
-mod common;
-
-use common::hook::Hook;
-use common::llm::{Behaviour, LlmStandIn};
-use common::receiver::Receiver;
-use common::service::{Service, Workdir, config_with_llm};
-use common::wait_for;
+use crate::common::hook::Hook;
+use crate::common::llm::{Behaviour, LlmStandIn};
+use crate::common::receiver::Receiver;
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::wait_for;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -61,7 +59,7 @@ async fn wait_replies(base: &str, conversation: &str, n: usize) -> Vec<String> {
 async fn one_session_runs_in_order_while_two_sessions_run_concurrently() {
     let llm = LlmStandIn::start(|body, _| {
         Behaviour::slow(
-            format!("echo: {}", common::llm::last_user(body)),
+            format!("echo: {}", crate::common::llm::last_user(body)),
             Duration::from_millis(400),
         )
     })
@@ -132,7 +130,7 @@ async fn a_turn_interrupted_by_kill_is_answered_exactly_once_after_restart() {
         if index == 0 {
             Behaviour::Hang
         } else {
-            Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
+            Behaviour::reply(format!("echo: {}", crate::common::llm::last_user(body)))
         }
     })
     .await;
@@ -216,7 +214,7 @@ async fn a_provider_key_is_sent_to_the_provider_and_never_logged() {
 async fn sigterm_lets_a_running_turn_finish_flushes_its_reply_and_exits_zero() {
     let llm = LlmStandIn::start(|body, _| {
         Behaviour::slow(
-            format!("echo: {}", common::llm::last_user(body)),
+            format!("echo: {}", crate::common::llm::last_user(body)),
             Duration::from_millis(800),
         )
     })
@@ -246,7 +244,7 @@ async fn a_turn_longer_than_the_grace_period_is_redone_after_restart() {
         if index == 0 {
             Behaviour::Hang
         } else {
-            Behaviour::reply(format!("echo: {}", common::llm::last_user(body)))
+            Behaviour::reply(format!("echo: {}", crate::common::llm::last_user(body)))
         }
     })
     .await;
@@ -281,7 +279,7 @@ async fn a_turn_longer_than_the_grace_period_is_redone_after_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_whole_message_path_runs_on_postgresql() {
-    let url = common::pg::fresh_database().await;
+    let url = crate::common::pg::fresh_database().await;
     let llm = LlmStandIn::echo().await;
     let receiver = Receiver::start(1).await;
     let config = webhook_config(&llm.url, &receiver.url)

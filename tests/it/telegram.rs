@@ -3,12 +3,10 @@
 //! retry_after, the HTML fallback, access modes with the pairing CLI, webhook mode, and the
 //! crash test.
 
-mod common;
-
-use common::llm::{Behaviour, LlmStandIn, last_user};
-use common::service::{Service, Workdir, config_with_llm, run};
-use common::telegram::{TOKEN, TelegramStandIn, dm, group};
-use common::wait_for;
+use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::service::{Service, Workdir, config_with_llm, run};
+use crate::common::telegram::{TOKEN, TelegramStandIn, dm, group};
+use crate::common::wait_for;
 use std::time::Duration;
 
 fn config(llm: &str, tg: &str, extra: &str) -> String {
@@ -262,7 +260,7 @@ async fn a_quiet_bot_is_ready_at_once_repeats_idle_polls_silently_and_answers_mi
         "ready before any poll returned (took {ready_after:?})"
     );
 
-    let idle = common::wait_for(
+    let idle = crate::common::wait_for(
         "two idle polls answered with no updates",
         Duration::from_secs(60),
         || async {
@@ -298,7 +296,7 @@ async fn a_quiet_bot_is_ready_at_once_repeats_idle_polls_silently_and_answers_mi
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = std::time::Instant::now();
     tg.push_message(dm(7, 1, "are you there?"));
-    common::wait_for("the mid-poll answer", Duration::from_secs(8), || async {
+    crate::common::wait_for("the mid-poll answer", Duration::from_secs(8), || async {
         tg.texts(7)
             .iter()
             .any(|t| t == "echo: are you there?")

@@ -2,13 +2,11 @@
 //! fallback plan, the system prompt of every later call, card edits, restarts, and the
 //! terminal and webhook channels.
 
-mod common;
-
-use common::hook::Hook;
-use common::inproc::{InProc, config};
-use common::llm::{Behaviour, LlmStandIn, Recorded};
-use common::service::{Service, Workdir, chat, config_with_llm, folder_with};
-use common::wait_for;
+use crate::common::hook::Hook;
+use crate::common::inproc::{InProc, config};
+use crate::common::llm::{Behaviour, LlmStandIn, Recorded};
+use crate::common::service::{Service, Workdir, chat, config_with_llm, folder_with};
+use crate::common::wait_for;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -19,7 +17,7 @@ const PLAN_JSON: &str = r#"{"goal":"Tidy the repo","steps":[
   {"action":"Write notes","expected_outcome":"notes.md exists"}]}"#;
 
 fn tool_results(body: &Value) -> usize {
-    common::llm::tool_results(body).len()
+    crate::common::llm::tool_results(body).len()
 }
 
 fn system(body: &Value) -> String {
@@ -30,7 +28,7 @@ fn system(body: &Value) -> String {
 }
 
 fn last_user(body: &Value) -> String {
-    common::llm::last_user(body)
+    crate::common::llm::last_user(body)
 }
 
 /// Planning answers PLAN_JSON after one read-only look; execution follows a script.

@@ -1,0 +1,17 @@
+//! Every integration test in one binary (one link instead of one per file): the real
+//! service and its adapters driven through stand-ins that speak the real protocols
+//! (`common`), one module per area.
+
+mod common;
+
+mod chat_cli;
+mod config_check;
+mod engine_loop;
+mod hardening;
+mod message_path;
+mod plan;
+mod providers;
+mod store_conformance;
+mod subagents;
+mod telegram;
+mod webhook;
