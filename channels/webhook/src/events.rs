@@ -3,7 +3,9 @@
 //! `Last-Event-ID` and continues after it without repeats; without it the stream starts at
 //! `?after=SEQ`, or with the next new message.
 
-use crate::ingress::{ApiError, AppState, check_bearer, unavailable};
+use crate::error::{ApiError, unavailable};
+use crate::ingress::check_bearer;
+use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};

@@ -1,7 +1,8 @@
 //! `POST /v1/webhooks/NAME/messages` and `GET /v1/webhooks/NAME/conversations/ID/messages`.
 
+use crate::error::{ApiError, err, unavailable};
 use crate::signature::{self, SignatureError};
-use async_trait::async_trait;
+use crate::state::{AppState, MAX_WAIT_SECS, MessageLog, WebhookEndpoint};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -9,68 +10,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferroclaw_channel_core::clock::now_secs;
-use ferroclaw_channel_core::{
-    Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, OutboundMessage, Sender,
-};
+use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, Sender};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
-
-/// Reads bot messages (backed by the outbox) and observes turns, for the list, `wait` and
-/// event-stream endpoints. Errors are strings: the endpoint only logs them and answers 503.
-#[async_trait]
-pub trait MessageLog: Send + Sync {
-    /// Messages of one conversation with seq > `after`.
-    async fn conversation(
-        &self,
-        channel: &str,
-        conversation_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String>;
-    /// Messages of the whole channel with seq > `after`.
-    async fn after(
-        &self,
-        channel: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String>;
-    /// The channel's newest seq (0 when none).
-    async fn last_seq(&self, channel: &str) -> Result<i64, String>;
-    /// Messages answering inbound `message_id` of a conversation.
-    async fn replies(
-        &self,
-        channel: &str,
-        conversation_id: &str,
-        message_id: &str,
-    ) -> Result<Vec<OutboundMessage>, String>;
-    /// Wait until the turn of journal entry `journal_id` has ended; false on timeout.
-    async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool;
-    /// Wakes when new bot messages may exist (a hint: readers re-query after it).
-    fn subscribe(&self) -> broadcast::Receiver<String>;
-}
-
-/// One configured webhook name.
-pub struct WebhookEndpoint {
-    pub secret: SecretString,
-}
-
-/// The longest `?wait=` honoured.
-pub const MAX_WAIT_SECS: u64 = 120;
-
-pub(crate) struct AppState {
-    endpoints: HashMap<String, WebhookEndpoint>,
-    inbox: Arc<dyn Inbox>,
-    pub(crate) log: Arc<dyn MessageLog>,
-    max_body_bytes: usize,
-    /// Ends waits and event streams when the service shuts down.
-    pub(crate) shutdown: CancellationToken,
-}
 
 /// The webhook routes, to merge into the service's router.
 pub fn router(
@@ -95,37 +42,6 @@ pub fn router(
         )
         .route("/v1/webhooks/{name}/events", get(crate::events::events))
         .with_state(state)
-}
-
-/// An error answer: `{"error": "..."}` with a status.
-pub(crate) struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, axum::Json(json!({"error": self.1}))).into_response()
-    }
-}
-
-pub(crate) fn err(status: StatusCode, message: impl Into<String>) -> ApiError {
-    ApiError(status, message.into())
-}
-
-/// 503 for a failed read: the cause is logged, the client is told to retry.
-pub(crate) fn unavailable(webhook: &str, what: &str, cause: String) -> ApiError {
-    tracing::error!(%webhook, error = %cause, "could not read {what}");
-    err(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("{what} unavailable; retry later"),
-    )
-}
-
-impl AppState {
-    /// The configured endpoint `name`, or 404.
-    pub(crate) fn endpoint(&self, name: &str) -> Result<&WebhookEndpoint, ApiError> {
-        self.endpoints
-            .get(name)
-            .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("unknown webhook `{name}`")))
-    }
 }
 
 #[derive(serde::Deserialize)]

@@ -6,13 +6,16 @@
 //! not know storage, sessions or the engine.
 
 mod callback;
+mod error;
 mod events;
 mod ingress;
 mod signature;
+mod state;
 
 pub use callback::WebhookChannel;
-pub use ingress::{MessageLog, WebhookEndpoint, router};
+pub use ingress::router;
 pub use signature::{sign, verify};
+pub use state::{MessageLog, WebhookEndpoint};
 
 /// Channel instance name for webhook `name` (`webhook:NAME`).
 pub fn channel_name(name: &str) -> String {
