@@ -16,7 +16,7 @@ use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, ChatRoute};
+use ferroclaw_channel_core::{AccessRule, Channel, ChatRoute};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,13 +65,14 @@ impl App {
     pub async fn build(
         loaded: &LoadedConfig,
         channels: Vec<Arc<dyn Channel>>,
+        access: Vec<(String, AccessRule)>,
     ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
         let store = storage::connect(&config.storage.url)
             .await
             .context("cannot open the database named by storage.url")?;
         store.migrate().await.context("database migration failed")?;
-        Self::with_store(loaded, store, channels)
+        Self::with_store(loaded, store, channels, access)
     }
 
     /// [`App::build`] with an already migrated store.
@@ -79,6 +80,7 @@ impl App {
         loaded: &LoadedConfig,
         store: Arc<dyn Store>,
         channels: Vec<Arc<dyn Channel>>,
+        access: Vec<(String, AccessRule)>,
     ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
         let chain = Arc::new(build_chain(loaded)?);
@@ -122,7 +124,7 @@ impl App {
             store.clone(),
             lanes.clone(),
             engine.clone(),
-            access_from(&config),
+            access_from(access),
             Some(spawner),
         ));
         let workers_cancel = CancellationToken::new();
@@ -215,23 +217,20 @@ impl App {
     }
 }
 
-/// Access policies of the channels that have one (Telegram, Discord).
-fn access_from(config: &Config) -> Access {
-    let policy = |mode, users: &[String]| AccessPolicy {
-        mode,
-        allowed_users: users.iter().cloned().collect(),
-    };
-    let (telegram, discord) = (&config.channels.telegram, &config.channels.discord);
-    Access::new(HashMap::from([
-        (
-            "telegram".to_string(),
-            policy(telegram.access, &telegram.allowed_users),
-        ),
-        (
-            "discord".to_string(),
-            policy(discord.access, &discord.allowed_users),
-        ),
-    ]))
+/// Access policies of the channels that have one (their adapters say so).
+fn access_from(rules: Vec<(String, AccessRule)>) -> Access {
+    Access::new(
+        rules
+            .into_iter()
+            .map(|(channel, rule)| {
+                let policy = AccessPolicy {
+                    mode: rule.mode,
+                    allowed_users: rule.allowed_users.into_iter().collect(),
+                };
+                (channel, policy)
+            })
+            .collect(),
+    )
 }
 
 /// Build providers for every configured provider with its key, then the chain.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
-    let app = App::build(loaded, vec![Arc::new(CliChannel::stdout())]).await?;
+    let app = App::build(loaded, vec![Arc::new(CliChannel::stdout())], Vec::new()).await?;
     let route = ChatRoute {
         channel: CLI_CHANNEL.into(),
         kind: ChatKind::Conversation,

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod app;
+pub mod channels;
 pub mod chat;
 pub mod cli;
 pub mod clock;

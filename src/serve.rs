@@ -3,16 +3,12 @@
 
 use crate::app::App;
 use crate::config::LoadedConfig;
-use crate::config::TelegramMode;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{OutboxEntry, Store, StoreResult};
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, OutboundMessage};
-use ferroclaw_channel_telegram::{Settings as TelegramSettings, Telegram};
-use ferroclaw_channel_webhook::{MessageLog, WebhookChannel, WebhookEndpoint};
-use std::collections::HashMap;
+use ferroclaw_channel_core::{Channel, MessageLog, OutboundMessage, ReceiverContext};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -26,67 +22,42 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let http = crate::http::shared();
-    let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
-    for (name, hook) in &config.channels.webhook {
-        let secret = loaded.secrets.webhook_secrets[name].clone();
-        channels.push(Arc::new(WebhookChannel::new(
-            name,
-            secret,
-            &hook.callback_url,
-            http.clone(),
-        )));
-    }
-    let telegram = telegram_from(loaded)?;
-    if let Some(telegram) = &telegram {
-        channels.push(telegram.channel());
-    }
-    let app = App::build(loaded, channels).await?;
+    // Every enabled channel, built in one loop; the service names no channel kind here.
+    let built = crate::channels::build_enabled(loaded, &http)?;
+    let channels: Vec<Arc<dyn Channel>> = built
+        .iter()
+        .flat_map(|b| b.channels.iter().cloned())
+        .collect();
+    let access = built
+        .iter()
+        .flat_map(|b| b.access.iter().cloned())
+        .collect();
+    let app = App::build(loaded, channels, access).await?;
 
     let mut router = crate::server::router(app.store.clone(), app.channels.clone());
-    let endpoints: HashMap<String, WebhookEndpoint> = config
-        .channels
-        .webhook
-        .keys()
-        .map(|name| {
-            (
-                name.clone(),
-                WebhookEndpoint {
-                    secret: loaded.secrets.webhook_secrets[name].clone(),
-                },
-            )
-        })
-        .collect();
-    for name in endpoints.keys() {
-        tracing::info!(channel = %format!("webhook:{name}"), "channel enabled: POST /v1/webhooks/{name}/messages");
-    }
+    // Ends long polls, event streams and channel tasks once a stop is asked for.
     let stopping = CancellationToken::new();
-    if !endpoints.is_empty() {
-        router = router.merge(ferroclaw_channel_webhook::router(
-            endpoints,
-            app.ingress.clone(),
-            Arc::new(OutboxLog {
-                store: app.store.clone(),
-                outbox: app.outbox.clone(),
-                turns: app.turns.clone(),
-            }),
-            config.server.max_body_bytes,
-            stopping.clone(),
-        ));
-    }
-
+    let messages: Arc<dyn MessageLog> = Arc::new(OutboxLog {
+        store: app.store.clone(),
+        outbox: app.outbox.clone(),
+        turns: app.turns.clone(),
+    });
     let channel_tasks = TaskTracker::new();
-    let channels_cancel = CancellationToken::new();
-    if let Some(telegram) = telegram {
-        telegram.set_inbox(app.ingress.clone());
-        if let Some(webhook) = telegram.router() {
-            router = router.merge(webhook);
+    for adapter in built {
+        let receiving = adapter.receiver.start(ReceiverContext {
+            inbox: app.ingress.clone(),
+            messages: messages.clone(),
+            shutdown: stopping.clone(),
+        });
+        for line in &receiving.description {
+            tracing::info!("channel enabled: {line}");
         }
-        let mode = match config.channels.telegram.mode {
-            TelegramMode::Polling => "long polling",
-            TelegramMode::Webhook => "webhook",
-        };
-        tracing::info!(channel = "telegram", "channel enabled: telegram ({mode})");
-        channel_tasks.spawn(telegram.run(channels_cancel.child_token()));
+        if let Some(routes) = receiving.router {
+            router = router.merge(routes);
+        }
+        if let Some(task) = receiving.task {
+            channel_tasks.spawn(task);
+        }
     }
 
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
@@ -104,13 +75,14 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         read_timeout: Duration::from_secs(config.server.header_timeout_secs),
         drain: Duration::from_secs(config.server.shutdown_grace_secs),
     };
+    let stop = stopping.clone();
     crate::http_server::serve(listener, router, limits, async move {
         shutdown_signal().await;
-        // End long polls and event streams so the server can drain.
-        stopping.cancel();
+        // End long polls, event streams and channel tasks so the server can drain.
+        stop.cancel();
     })
     .await;
-    channels_cancel.cancel();
+    stopping.cancel();
     channel_tasks.close();
     channel_tasks.wait().await;
     tracing::info!("shutting down: finishing running turns");
@@ -118,39 +90,6 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// The Telegram adapter, when `channels.telegram.enabled`.
-fn telegram_from(loaded: &LoadedConfig) -> anyhow::Result<Option<Telegram>> {
-    let cfg = &loaded.config.channels.telegram;
-    if !cfg.enabled {
-        return Ok(None);
-    }
-    let token = loaded
-        .secrets
-        .telegram_token
-        .clone()
-        .context("channels.telegram.token_env: the token variable is not set")?;
-    let settings = TelegramSettings {
-        token,
-        api_url: cfg.api_url.clone(),
-        mode: match cfg.mode {
-            TelegramMode::Polling => ferroclaw_channel_telegram::Mode::Polling,
-            TelegramMode::Webhook => ferroclaw_channel_telegram::Mode::Webhook {
-                public_url: loaded.config.server.public_url.clone(),
-            },
-        },
-        require_mention_in_groups: cfg.require_mention_in_groups,
-        stream_edit_interval: Duration::from_millis(cfg.stream_edit_interval_ms),
-        poll_timeout: Duration::from_secs(cfg.poll_timeout_secs),
-        commands: crate::engine::COMMANDS
-            .iter()
-            .map(|(c, d)| (c.to_string(), d.to_string()))
-            .collect(),
-    };
-    Telegram::new(settings)
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!(e))
 }
 
 async fn shutdown_signal() {

@@ -270,13 +270,7 @@ pub struct ChannelsConfig {
     pub webhook: BTreeMap<String, WebhookConfig>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessMode {
-    Open,
-    Allowlist,
-    Pairing,
-}
+pub use ferroclaw_channel_core::AccessMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,10 +8,14 @@
 //! It must not know any platform type (teloxide, serenity, HTTP bodies), nor storage or the
 //! engine: adapters depend on it, never the other way round.
 
+mod adapter;
 pub mod clock;
 mod message;
 mod route;
 
+pub use adapter::{
+    AccessMode, AccessRule, Built, MessageLog, Receiver, ReceiverContext, Receiving,
+};
 pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 pub use route::{ChatKind, ChatRoute};
 

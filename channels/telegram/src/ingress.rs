@@ -29,7 +29,7 @@ pub(crate) struct Shared {
     pub(crate) bot: Bot,
     /// The same bot on a client whose timeout outlasts the long poll (`getUpdates` only).
     pub(crate) poll_bot: Bot,
-    pub(crate) inbox: OnceLock<Arc<dyn Inbox>>,
+    pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) me: OnceLock<Me>,
     pub(crate) webhook_secret: String,
     pub(crate) settings: Settings,
@@ -58,10 +58,7 @@ impl Shared {
 
     /// Hand a message to the inbox, retrying until it is durable (never skipped).
     async fn hand_over(&self, message: InboundMessage, cancel: &CancellationToken) -> bool {
-        let inbox = self
-            .inbox
-            .get()
-            .expect("the inbox is set before updates are received");
+        let inbox = &self.inbox;
         loop {
             match inbox.accept(message.clone()).await {
                 Ok(_) => return true,
@@ -245,11 +242,8 @@ async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
             );
         }
     };
-    let Some(inbox) = shared.inbox.get() else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready");
-    };
     if let Some(message) = shared.wanted(&update, me)
-        && let Err(e) = inbox.accept(message).await
+        && let Err(e) = shared.inbox.accept(message).await
     {
         tracing::warn!(error = %e, "could not journal a Telegram update");
         return error(

@@ -18,7 +18,7 @@ pub use format::{LIMIT, split, to_html};
 pub use ingress::WEBHOOK_PATH;
 pub use translate::CHANNEL;
 
-use ferroclaw_channel_core::Inbox;
+use ferroclaw_channel_core::{AccessRule, Built, Receiver, ReceiverContext, Receiving};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -44,6 +44,8 @@ pub struct Settings {
     pub poll_timeout: Duration,
     /// Chat commands to register with setMyCommands: (command, description).
     pub commands: Vec<(String, String)>,
+    /// Who may talk to the bot.
+    pub access: AccessRule,
 }
 
 /// Total timeout of ordinary Bot API calls (teloxide's own default).
@@ -60,58 +62,63 @@ fn client(timeout: Duration) -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot build the Telegram HTTP client: {e}"))
 }
 
-/// One Telegram bot: its delivery channel and its update source.
-pub struct Telegram {
-    channel: Arc<TelegramChannel>,
-    shared: Arc<ingress::Shared>,
-}
-
-impl Telegram {
-    /// Build the bot client; nothing is contacted yet.
-    pub fn new(settings: Settings) -> Result<Self, String> {
-        let url = url::Url::parse(&settings.api_url)
-            .map_err(|e| format!("channels.telegram.api_url is not a URL: {e}"))?;
-        let token = settings.token.expose_secret().to_string();
-        let bot =
-            Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
-        // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
-        let poll_bot =
-            Bot::with_client(token.clone(), client(settings.poll_timeout + POLL_MARGIN)?)
-                .set_api_url(url);
-        let channel = Arc::new(TelegramChannel::new(
-            bot.clone(),
-            token.clone(),
-            settings.stream_edit_interval,
-        ));
-        let shared = Arc::new(ingress::Shared {
+/// The adapter factory: the bot's delivery channel now, its update source (long polling or
+/// the webhook route) once the service's inbox exists. Nothing is contacted yet.
+pub fn build(settings: Settings) -> Result<Built, String> {
+    let url = url::Url::parse(&settings.api_url)
+        .map_err(|e| format!("channels.telegram.api_url is not a URL: {e}"))?;
+    let token = settings.token.expose_secret().to_string();
+    let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
+    // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
+    let poll_bot = Bot::with_client(token.clone(), client(settings.poll_timeout + POLL_MARGIN)?)
+        .set_api_url(url);
+    let channel = Arc::new(TelegramChannel::new(
+        bot.clone(),
+        token.clone(),
+        settings.stream_edit_interval,
+    ));
+    Ok(Built {
+        channels: vec![channel.clone()],
+        access: vec![(CHANNEL.to_string(), settings.access.clone())],
+        receiver: Box::new(Updates {
             bot,
             poll_bot,
-            inbox: OnceLock::new(),
-            me: OnceLock::new(),
             webhook_secret: ingress::webhook_secret(&token),
             settings,
-            channel: channel.clone(),
+            channel,
+        }),
+    })
+}
+
+/// The receiving side, until it starts.
+struct Updates {
+    bot: Bot,
+    poll_bot: Bot,
+    webhook_secret: String,
+    settings: Settings,
+    channel: Arc<TelegramChannel>,
+}
+
+impl Receiver for Updates {
+    fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving {
+        let mode = match self.settings.mode {
+            Mode::Polling => "long polling",
+            Mode::Webhook { .. } => "webhook",
+        };
+        let webhook = matches!(self.settings.mode, Mode::Webhook { .. });
+        let shared = Arc::new(ingress::Shared {
+            bot: self.bot,
+            poll_bot: self.poll_bot,
+            inbox: cx.inbox,
+            me: OnceLock::new(),
+            webhook_secret: self.webhook_secret,
+            settings: self.settings,
+            channel: self.channel,
         });
-        Ok(Telegram { channel, shared })
-    }
-
-    pub fn channel(&self) -> Arc<TelegramChannel> {
-        self.channel.clone()
-    }
-
-    /// Where updates go. Must be set before [`Telegram::run`] or the router is used.
-    pub fn set_inbox(&self, inbox: Arc<dyn Inbox>) {
-        let _ = self.shared.inbox.set(inbox);
-    }
-
-    /// The webhook route to merge into the service's router (webhook mode only).
-    pub fn router(&self) -> Option<axum::Router> {
-        matches!(self.shared.settings.mode, Mode::Webhook { .. })
-            .then(|| ingress::router(self.shared.clone()))
-    }
-
-    /// Connect (getMe, setMyCommands, webhook or polling) and receive updates until cancelled.
-    pub async fn run(self, cancel: tokio_util::sync::CancellationToken) {
-        ingress::run(self.shared, cancel).await
+        Receiving {
+            router: webhook.then(|| ingress::router(shared.clone())),
+            task: Some(Box::pin(ingress::run(shared, cx.shutdown))),
+            description: vec![format!("telegram ({mode})")],
+        }
     }
 }

@@ -2,13 +2,14 @@
 
 use crate::error::{ApiError, err, unavailable};
 use crate::signature::{self, SignatureError};
-use crate::state::{AppState, MAX_WAIT_SECS, MessageLog, WebhookEndpoint};
+use crate::state::{AppState, MAX_WAIT_SECS, WebhookEndpoint};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use ferroclaw_channel_core::MessageLog;
 use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, Sender};
 use secrecy::{ExposeSecret, SecretString};

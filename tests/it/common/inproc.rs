@@ -56,7 +56,9 @@ impl InProc {
         loaded.config.storage.url = format!("sqlite://{}", dir.path().join("t.db").display());
         loaded.config.agent.workspace = dir.path().join("ws").display().to_string();
         let recorder = Arc::new(Recorder::default());
-        let app = App::build(&loaded, vec![recorder.clone()]).await.unwrap();
+        let app = App::build(&loaded, vec![recorder.clone()], Vec::new())
+            .await
+            .unwrap();
         InProc {
             app,
             recorder,

@@ -1,0 +1,75 @@
+//! The one list of channel kinds: each enabled channel's settings are read from the config
+//! and handed to its crate's factory. Adding a channel is its crate, its config section and
+//! one line here; nothing else in the service names a channel kind.
+//!
+//! The terminal channel is not here: `ferroclaw chat` builds it itself.
+
+use crate::config::{LoadedConfig, TelegramMode};
+use ferroclaw_channel_core::{AccessRule, Built};
+use std::time::Duration;
+
+/// Build every enabled channel (nothing is contacted yet).
+pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Vec<Built>> {
+    let mut built = Vec::new();
+    built.extend(webhook(loaded, http));
+    built.extend(telegram(loaded)?);
+    Ok(built)
+}
+
+fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> Option<Built> {
+    let config = &loaded.config;
+    if config.channels.webhook.is_empty() {
+        return None;
+    }
+    let endpoints = config
+        .channels
+        .webhook
+        .iter()
+        .map(|(name, hook)| ferroclaw_channel_webhook::EndpointSettings {
+            name: name.clone(),
+            secret: loaded.secrets.webhook_secrets[name].clone(),
+            callback_url: hook.callback_url.clone(),
+        })
+        .collect();
+    Some(ferroclaw_channel_webhook::build(
+        ferroclaw_channel_webhook::Settings {
+            endpoints,
+            max_body_bytes: config.server.max_body_bytes,
+            http: http.clone(),
+        },
+    ))
+}
+
+fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
+    let cfg = &loaded.config.channels.telegram;
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let token = loaded.secrets.telegram_token.clone().ok_or_else(|| {
+        anyhow::anyhow!("channels.telegram.token_env: the token variable is not set")
+    })?;
+    let settings = ferroclaw_channel_telegram::Settings {
+        token,
+        api_url: cfg.api_url.clone(),
+        mode: match cfg.mode {
+            TelegramMode::Polling => ferroclaw_channel_telegram::Mode::Polling,
+            TelegramMode::Webhook => ferroclaw_channel_telegram::Mode::Webhook {
+                public_url: loaded.config.server.public_url.clone(),
+            },
+        },
+        require_mention_in_groups: cfg.require_mention_in_groups,
+        stream_edit_interval: Duration::from_millis(cfg.stream_edit_interval_ms),
+        poll_timeout: Duration::from_secs(cfg.poll_timeout_secs),
+        commands: crate::engine::COMMANDS
+            .iter()
+            .map(|(c, d)| (c.to_string(), d.to_string()))
+            .collect(),
+        access: AccessRule {
+            mode: cfg.access,
+            allowed_users: cfg.allowed_users.clone(),
+        },
+    };
+    ferroclaw_channel_telegram::build(settings)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!(e))
+}
