@@ -1,6 +1,7 @@
 //! Durable state: sessions, transcripts, the inbound journal and the outbox (SPEC section 11).
 //!
-//! [`Store`] is the only way the rest of ferroclaw touches the database. It has one SQLite and
+//! [`Store`] (the sum of one trait per aggregate: journal, sessions, outbox, pairing, runs,
+//! tool effects) is the only way the rest of ferroclaw touches the database. It has one SQLite and
 //! one PostgreSQL implementation that share their SQL text (`shared_sql.rs`) and pass one
 //! conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
 //! transactions; it does not know channels, models or chat commands.
@@ -37,14 +38,22 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// The store interface. Every method is one statement or one transaction.
+/// The whole store: every aggregate, plus migrations and the readiness probe. Each method
+/// is one statement or one transaction; an implementation may use its own dialect per
+/// aggregate (both share their SQL today, `shared_sql.rs`).
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Store:
+    JournalStore + SessionStore + OutboxStore + PairingStore + RunStore + EffectStore + Send + Sync
+{
     /// Apply pending migrations.
     async fn migrate(&self) -> StoreResult<()>;
     /// A cheap write round trip (used by `/readyz`): fails when the database cannot write.
     async fn ping(&self) -> StoreResult<()>;
+}
 
+/// The inbound journal: every message, stored before it is acknowledged.
+#[async_trait]
+pub trait JournalStore: Send + Sync {
     /// Journal an inbound message. A message already journalled for the same channel, chat
     /// and platform id is reported as a duplicate and not stored again.
     async fn journal_insert(
@@ -60,7 +69,11 @@ pub trait Store: Send + Sync {
     async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
     /// State of one journal entry (`pending` or `done`).
     async fn journal_state(&self, id: i64) -> StoreResult<Option<JournalState>>;
+}
 
+/// Sessions, their transcripts, and the one commit of a finished turn.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
     /// The session row, created (epoch 0) when it does not exist yet.
     async fn session_get_or_create(
         &self,
@@ -94,6 +107,11 @@ pub trait Store: Send + Sync {
     /// Atomically: append transcript entries, queue bot messages, add token usage, and mark
     /// the journal entry answered. Returns the outbox ids in order.
     async fn commit_turn(&self, turn: &TurnCommit) -> StoreResult<Vec<i64>>;
+}
+
+/// Bot messages waiting for delivery, and reads of those delivered.
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
     /// Queue bot messages outside a turn commit (interim messages, edits).
     async fn outbox_push(
         &self,
@@ -142,6 +160,19 @@ pub trait Store: Send + Sync {
         chat_id: &str,
         in_reply_to: &str,
     ) -> StoreResult<Vec<OutboxEntry>>;
+    /// Messages of one conversation with id > `after`, oldest first.
+    async fn outbox_conversation(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxEntry>>;
+}
+
+/// Pairing codes and approved users.
+#[async_trait]
+pub trait PairingStore: Send + Sync {
     /// The pairing row of a user on a channel, if any (expired pending rows included).
     async fn pairing_get(&self, channel: &str, user_id: &str) -> StoreResult<Option<PairingRow>>;
     /// Ask for a pairing code: `Created` with the new code, `Pending` when one is already
@@ -158,16 +189,11 @@ pub trait Store: Send + Sync {
     async fn pairing_approve(&self, code: &str, now_ms: i64) -> StoreResult<Option<PairingRow>>;
     /// Forget a user on every channel (approved or pending). Returns the rows removed.
     async fn pairing_revoke(&self, user_id: &str) -> StoreResult<u64>;
-    /// The recorded result of a side-effecting tool call of a turn (`crate::tools::EffectLog`).
-    async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> StoreResult<Option<String>>;
-    /// Record the result of a side-effecting tool call of a turn.
-    async fn tool_effect_put(
-        &self,
-        turn_key: &str,
-        call_key: &str,
-        result: &str,
-        now_ms: i64,
-    ) -> StoreResult<()>;
+}
+
+/// Subagent runs and their one announcement.
+#[async_trait]
+pub trait RunStore: Send + Sync {
     /// Record a new run.
     async fn run_insert(&self, run: &RunRow) -> StoreResult<()>;
     async fn run_get(&self, id: &str) -> StoreResult<Option<RunRow>>;
@@ -186,12 +212,19 @@ pub trait Store: Send + Sync {
     /// End a run and announce it, once: returns None (and writes nothing) when the run was
     /// already announced; else `Some` of the parent's new journal entry, if any.
     async fn run_finish(&self, finish: &RunFinish) -> StoreResult<Option<Option<JournalEntry>>>;
-    /// Messages of one conversation with id > `after`, oldest first.
-    async fn outbox_conversation(
+}
+
+/// Side effects recorded per turn, replayed when a turn is redone.
+#[async_trait]
+pub trait EffectStore: Send + Sync {
+    /// The recorded result of a side-effecting tool call of a turn (`crate::tools::EffectLog`).
+    async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> StoreResult<Option<String>>;
+    /// Record the result of a side-effecting tool call of a turn.
+    async fn tool_effect_put(
         &self,
-        channel: &str,
-        chat_id: &str,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<OutboxEntry>>;
+        turn_key: &str,
+        call_key: &str,
+        result: &str,
+        now_ms: i64,
+    ) -> StoreResult<()>;
 }

@@ -188,7 +188,10 @@ macro_rules! impl_store {
                     .await?;
                 Ok(())
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::storage::JournalStore for $store {
             async fn journal_insert(
                 &self,
                 message: &ferroclaw_channel_core::InboundMessage,
@@ -244,7 +247,10 @@ macro_rules! impl_store {
                     .map(|s| $crate::storage::states::parse_stored("journal state", &s, $crate::storage::JournalState::parse))
                     .transpose()
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::storage::SessionStore for $store {
             async fn session_get_or_create(
                 &self,
                 key: &str,
@@ -418,7 +424,10 @@ macro_rules! impl_store {
                 tx.commit().await?;
                 Ok(ids)
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::storage::OutboxStore for $store {
             async fn outbox_push(
                 &self,
                 session_key: &str,
@@ -534,6 +543,28 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_outbox).collect()
             }
 
+            async fn outbox_conversation(
+                &self,
+                channel: &str,
+                chat_id: &str,
+                after: i64,
+                limit: i64,
+            ) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.chat_id = $2 AND o.id > $3 ORDER BY o.id LIMIT $4"),
+                )
+                .bind(channel)
+                .bind(chat_id)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::storage::PairingStore for $store {
             async fn pairing_get(&self, channel: &str, user_id: &str) -> $crate::storage::StoreResult<Option<$crate::storage::PairingRow>> {
                 let row = sqlx::query("SELECT * FROM pairing WHERE channel = $1 AND user_id = $2")
                     .bind(channel)
@@ -625,26 +656,10 @@ macro_rules! impl_store {
                     .await?
                     .rows_affected())
             }
+        }
 
-            async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> $crate::storage::StoreResult<Option<String>> {
-                Ok(sqlx::query_scalar("SELECT result FROM tool_effects WHERE turn_key = $1 AND call_key = $2")
-                    .bind(turn_key)
-                    .bind(call_key)
-                    .fetch_optional(&self.read)
-                    .await?)
-            }
-
-            async fn tool_effect_put(&self, turn_key: &str, call_key: &str, result: &str, now_ms: i64) -> $crate::storage::StoreResult<()> {
-                sqlx::query("INSERT INTO tool_effects (turn_key, call_key, result, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
-                    .bind(turn_key)
-                    .bind(call_key)
-                    .bind(result)
-                    .bind(now_ms)
-                    .execute(&self.write)
-                    .await?;
-                Ok(())
-            }
-
+        #[async_trait::async_trait]
+        impl $crate::storage::RunStore for $store {
             async fn run_insert(&self, run: &$crate::storage::RunRow) -> $crate::storage::StoreResult<()> {
                 let route = serde_json::to_string(&run.origin_route)
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
@@ -746,26 +761,30 @@ macro_rules! impl_store {
                 tx.commit().await?;
                 Ok(Some(journal))
             }
+        }
 
-            async fn outbox_conversation(
-                &self,
-                channel: &str,
-                chat_id: &str,
-                after: i64,
-                limit: i64,
-            ) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
-                let rows = sqlx::query(
-                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.chat_id = $2 AND o.id > $3 ORDER BY o.id LIMIT $4"),
-                )
-                .bind(channel)
-                .bind(chat_id)
-                .bind(after)
-                .bind(limit)
-                .fetch_all(&self.read)
-                .await?;
-                rows.iter().map(Self::decode_outbox).collect()
+        #[async_trait::async_trait]
+        impl $crate::storage::EffectStore for $store {
+            async fn tool_effect_get(&self, turn_key: &str, call_key: &str) -> $crate::storage::StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar("SELECT result FROM tool_effects WHERE turn_key = $1 AND call_key = $2")
+                    .bind(turn_key)
+                    .bind(call_key)
+                    .fetch_optional(&self.read)
+                    .await?)
+            }
+
+            async fn tool_effect_put(&self, turn_key: &str, call_key: &str, result: &str, now_ms: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query("INSERT INTO tool_effects (turn_key, call_key, result, created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+                    .bind(turn_key)
+                    .bind(call_key)
+                    .bind(result)
+                    .bind(now_ms)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
             }
         }
+
     };
 }
 
