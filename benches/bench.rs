@@ -1,4 +1,4 @@
-//! `cargo run --release --bin bench`: measures the release `ferroclaw serve` binary end to end
+//! `cargo bench --bench bench`: measures the release `ferroclaw serve` binary end to end
 //! against an instant OpenAI-compatible stand-in and a callback receiver on loopback.
 //!
 //! Reports: time to ready (fresh SQLite database), idle memory, turns per second through the
@@ -18,11 +18,8 @@ const SECRET: &str = "bench-secret";
 
 #[tokio::main]
 async fn main() {
-    let bin = std::env::current_exe().unwrap().with_file_name("ferroclaw");
-    assert!(
-        bin.exists(),
-        "build the service first: cargo build --release"
-    );
+    // Cargo builds the service binary (with the bench profile, i.e. release) for benches.
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ferroclaw"));
     let turns: usize = arg("--turns").unwrap_or(5000);
     let conversations: usize = arg("--conversations").unwrap_or(100);
     let history: usize = arg("--history").unwrap_or(1000);
