@@ -48,8 +48,22 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
     Ok(joined)
 }
 
-fn path_arg(args: &Value) -> &str {
-    args["path"].as_str().unwrap_or(".")
+/// `{"path": ...}` (the workspace itself when absent).
+#[derive(serde::Deserialize)]
+struct PathArgs {
+    #[serde(default = "here")]
+    path: String,
+}
+
+/// `{"path": ..., "content": ...}`.
+#[derive(serde::Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+fn here() -> String {
+    ".".into()
 }
 
 pub struct ReadFile;
@@ -70,7 +84,8 @@ impl Tool for ReadFile {
         true
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let path = confine(&cx.workspace, path_arg(&args))?;
+        let PathArgs { path: given } = super::typed(args)?;
+        let path = confine(&cx.workspace, &given)?;
         let meta = tokio::fs::metadata(&path)
             .await
             .map_err(|e| ToolError(format!("cannot read: {e}")))?;
@@ -106,7 +121,11 @@ impl Tool for WriteFile {
                "required": ["path", "content"], "additionalProperties": false})
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let path = confine(&cx.workspace, path_arg(&args))?;
+        let WriteArgs {
+            path: given,
+            content,
+        } = super::typed(args)?;
+        let path = confine(&cx.workspace, &given)?;
         match path.symlink_metadata() {
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(ToolError::new("refusing to write through a symlink"));
@@ -121,15 +140,10 @@ impl Tool for WriteFile {
                 .await
                 .map_err(|e| ToolError(format!("cannot create folder: {e}")))?;
         }
-        let content = args["content"].as_str().unwrap_or_default();
-        tokio::fs::write(&path, content)
+        tokio::fs::write(&path, &content)
             .await
             .map_err(|e| ToolError(format!("cannot write: {e}")))?;
-        Ok(format!(
-            "wrote {} bytes to {}",
-            content.len(),
-            path_arg(&args)
-        ))
+        Ok(format!("wrote {} bytes to {given}", content.len()))
     }
 }
 
@@ -150,7 +164,8 @@ impl Tool for ListFiles {
         true
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let path = confine(&cx.workspace, path_arg(&args))?;
+        let PathArgs { path: given } = super::typed(args)?;
+        let path = confine(&cx.workspace, &given)?;
         let mut dir = tokio::fs::read_dir(&path)
             .await
             .map_err(|e| ToolError(format!("cannot list: {e}")))?;

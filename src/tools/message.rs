@@ -21,7 +21,11 @@ impl Tool for MessageTool {
                "required": ["text"], "additionalProperties": false})
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let text = args["text"].as_str().unwrap_or_default().to_string();
+        #[derive(serde::Deserialize)]
+        struct Args {
+            text: String,
+        }
+        let Args { text } = super::typed(args)?;
         let message = NewOutbound {
             route: cx.route.clone(),
             kind: OutboundKind::Reply,

@@ -49,6 +49,12 @@ pub struct ToolContext {
     pub time_limit: std::time::Duration,
 }
 
+/// A call's arguments as the tool's own type. The registry has checked them against the
+/// schema already; a mismatch still names the field.
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError(format!("invalid arguments: {e}")))
+}
+
 /// A tool failure, shown to the model as the result.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

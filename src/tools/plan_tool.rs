@@ -5,6 +5,22 @@ use crate::plan::{self, StepStatus};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+/// `plan` arguments (`create` also carries `goal` and `steps`, validated by `plan::validate`).
+#[derive(serde::Deserialize)]
+struct PlanArgs {
+    action: Action,
+    step: Option<usize>,
+    status: Option<String>,
+    actual: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Action {
+    Create,
+    Update,
+}
+
 pub struct PlanTool;
 
 #[async_trait]
@@ -40,8 +56,14 @@ impl Tool for PlanTool {
             .plan
             .as_ref()
             .ok_or_else(|| ToolError::new("plans are not available in this session"))?;
-        match args["action"].as_str() {
-            Some("create") => {
+        let PlanArgs {
+            action,
+            step,
+            status,
+            actual,
+        } = super::typed(args.clone())?;
+        match action {
+            Action::Create => {
                 let (goal, steps) = plan::validate(&args).map_err(ToolError)?;
                 let card = tracker
                     .create(goal, steps)
@@ -49,25 +71,19 @@ impl Tool for PlanTool {
                     .map_err(|e| ToolError(format!("could not save the plan: {e}")))?;
                 Ok(format!("Plan created and shown to the user:\n{card}"))
             }
-            Some("update") => {
-                let step = args["step"]
-                    .as_u64()
-                    .ok_or_else(|| ToolError::new("field `step` is required for update"))?;
-                let status = args["status"]
-                    .as_str()
-                    .and_then(StepStatus::parse)
+            Action::Update => {
+                let step =
+                    step.ok_or_else(|| ToolError::new("field `step` is required for update"))?;
+                let word = status
                     .ok_or_else(|| ToolError::new("field `status` is required for update"))?;
-                let actual = args["actual"].as_str().map(str::to_string);
+                let status = StepStatus::parse(&word)
+                    .ok_or_else(|| ToolError::new("field `status` is not a step status"))?;
                 let card = tracker
-                    .update(step as usize, status, actual)
+                    .update(step, status, actual)
                     .await
                     .map_err(ToolError)?;
-                Ok(format!(
-                    "Step {step} recorded as {}.\n{card}",
-                    args["status"].as_str().unwrap_or_default()
-                ))
+                Ok(format!("Step {step} recorded as {word}.\n{card}"))
             }
-            _ => Err(ToolError::new("field `action` must be create or update")),
         }
     }
 }

@@ -17,6 +17,44 @@ fn to_json(value: &impl serde::Serialize) -> String {
     serde_json::to_string(value).expect("plain data serialises")
 }
 
+/// `sessions_spawn` arguments (the schema below is their contract).
+#[derive(serde::Deserialize)]
+struct SpawnArgs {
+    task: String,
+    label: Option<String>,
+    system_prompt: Option<String>,
+    model: Option<String>,
+    tools: Option<Vec<String>>,
+    mode: Option<String>,
+    /// Accepted; the sandbox is a later issue.
+    #[allow(dead_code)]
+    sandbox: Option<bool>,
+    timeout_secs: Option<u64>,
+}
+
+/// `subagents` arguments: what to do, to which child.
+#[derive(serde::Deserialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+enum ManageArgs {
+    List,
+    Kill {
+        target: String,
+    },
+    Steer {
+        target: String,
+        message: String,
+    },
+    Wait {
+        target: String,
+        #[serde(default = "default_wait")]
+        timeout_secs: u64,
+    },
+}
+
+fn default_wait() -> u64 {
+    60
+}
+
 pub struct SessionsSpawn;
 
 #[async_trait]
@@ -48,19 +86,15 @@ impl Tool for SessionsSpawn {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let scope = scope(cx)?;
-        let text = |k: &str| args[k].as_str().map(str::to_string);
+        let args: SpawnArgs = super::typed(args)?;
         let request = SpawnRequest {
-            task: text("task").unwrap_or_default(),
-            label: text("label"),
-            system_prompt: text("system_prompt"),
-            model: text("model"),
-            tools: args["tools"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(|t| t.as_str().map(str::to_string))
-                    .collect()
-            }),
-            session_mode: args["mode"] == "session",
-            timeout_secs: args["timeout_secs"].as_u64(),
+            task: args.task,
+            label: args.label,
+            system_prompt: args.system_prompt,
+            model: args.model,
+            tools: args.tools,
+            session_mode: args.mode.as_deref() == Some("session"),
+            timeout_secs: args.timeout_secs,
         };
         let accepted = scope
             .spawner
@@ -104,41 +138,29 @@ impl Tool for SubagentsTool {
         let handle = scope(cx)?;
         let registry = &handle.spawner;
         let session = &handle.scope.parent_session;
-        let target = args["target"].as_str();
-        let need_target =
-            || target.ok_or_else(|| ToolError::new("field `target` is required for this action"));
-        match args["action"].as_str().unwrap_or_default() {
-            "list" => {
-                let runs = registry
-                    .list(session)
-                    .await
-                    .map_err(|e| ToolError(e.to_string()))?;
-                Ok(to_json(&runs))
-            }
-            "kill" => {
-                let n = registry.kill(session, need_target()?);
+        let failed = |e: crate::spawn::SpawnError| ToolError(e.to_string());
+        match super::typed(args)? {
+            ManageArgs::List => Ok(to_json(&registry.list(session).await.map_err(failed)?)),
+            ManageArgs::Kill { target } => {
+                let n = registry.kill(session, &target);
                 Ok(format!("killed {n} subagent(s)"))
             }
-            "steer" => {
-                let message = args["message"]
-                    .as_str()
-                    .ok_or_else(|| ToolError::new("field `message` is required for steer"))?;
-                registry
-                    .steer(session, need_target()?, message)
-                    .map_err(|e| ToolError(e.to_string()))?;
+            ManageArgs::Steer { target, message } => {
+                registry.steer(session, &target, &message).map_err(failed)?;
                 Ok("steered".into())
             }
-            "wait" => {
-                let timeout = Duration::from_secs(args["timeout_secs"].as_u64().unwrap_or(60));
-                let report = registry
-                    .wait(session, need_target()?, timeout)
-                    .await
-                    .map_err(|e| ToolError(e.to_string()))?;
-                Ok(to_json(&report))
+            ManageArgs::Wait {
+                target,
+                timeout_secs,
+            } => {
+                let timeout = Duration::from_secs(timeout_secs);
+                Ok(to_json(
+                    &registry
+                        .wait(session, &target, timeout)
+                        .await
+                        .map_err(failed)?,
+                ))
             }
-            other => Err(ToolError(format!(
-                "field `action`: unknown action `{other}`"
-            ))),
         }
     }
 }

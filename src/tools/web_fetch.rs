@@ -182,8 +182,12 @@ impl Tool for WebFetch {
         true
     }
     async fn run(&self, args: Value, _cx: &ToolContext) -> Result<String, ToolError> {
-        let raw = args["url"].as_str().unwrap_or_default();
-        let url = reqwest::Url::parse(raw)
+        #[derive(serde::Deserialize)]
+        struct Args {
+            url: String,
+        }
+        let Args { url: raw } = super::typed(args)?;
+        let url = reqwest::Url::parse(&raw)
             .map_err(|e| ToolError(format!("field `url`: not a URL: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(ToolError::new(
