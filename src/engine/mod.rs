@@ -103,6 +103,16 @@ pub enum TurnError {
     Store(#[from] StoreError),
 }
 
+/// What a model turn works from: the chat it answers in and the message it answers, and
+/// for a user's turn the journal entry (id, redo) whose side effects are recorded. Not a
+/// journal row: a subagent's turns have none.
+pub struct TurnInput<'a> {
+    pub route: &'a ChatRoute,
+    /// The platform id of the message answered (streamed previews and replies refer to it).
+    pub message_id: &'a str,
+    pub journal: Option<(i64, bool)>,
+}
+
 /// What a turn produced before it is committed.
 #[derive(Default)]
 pub(crate) struct TurnOutput {
@@ -193,7 +203,7 @@ impl Engine {
     /// One turn of a subagent (no plan, its own persona). The caller commits the output.
     pub(crate) async fn run_child_turn(
         &self,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
         session: &mut SessionRow,
         stop: &CancellationToken,
         text: &str,
@@ -204,11 +214,11 @@ impl Engine {
             self.outbox.clone(),
             &session.key,
             None,
-            entry.message.route.clone(),
+            input.route.clone(),
             None,
         ));
         self.run_model_turn(
-            entry,
+            input,
             session,
             stop,
             text,
@@ -249,6 +259,11 @@ impl Engine {
             .session_get_or_create(&entry.session_key, route, now)
             .await?;
         let text = entry.message.text.trim();
+        let input = TurnInput {
+            route,
+            message_id: &entry.message.platform_message_id,
+            journal: Some((entry.id, entry.redo)),
+        };
         let tracker = Arc::new(PlanTracker::load(
             self.store.clone(),
             self.outbox.clone(),
@@ -264,7 +279,7 @@ impl Engine {
             Some(Command::Plan(task)) if !task.is_empty() => {
                 let persona = self.user_persona(&session, spawner);
                 let turn =
-                    self.run_planned_turn(entry, &mut session, stop, &task, tracker, &persona);
+                    self.run_planned_turn(&input, &mut session, stop, &task, tracker, &persona);
                 self.with_typing(route, turn).await?
             }
             Some(command) => self.run_command(command, &mut session, spawner).await?,
@@ -272,7 +287,7 @@ impl Engine {
             None => {
                 let persona = self.user_persona(&session, spawner);
                 let turn = self.run_model_turn(
-                    entry,
+                    &input,
                     &mut session,
                     stop,
                     text,
@@ -376,19 +391,17 @@ impl Engine {
     /// What tools may know of this turn.
     fn tool_context(
         &self,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
         session: &SessionRow,
         plan: Option<Arc<PlanTracker>>,
         persona: Option<&Persona>,
     ) -> ToolContext {
         let spawn = persona.and_then(|persona| {
             let spawner = persona.spawner.clone()?;
-            let (origin, origin_message) = persona.origin.clone().unwrap_or_else(|| {
-                (
-                    entry.message.route.clone(),
-                    Some(entry.message.platform_message_id.clone()),
-                )
-            });
+            let (origin, origin_message) = persona
+                .origin
+                .clone()
+                .unwrap_or_else(|| (input.route.clone(), Some(input.message_id.to_string())));
             Some(SpawnHandle {
                 spawner,
                 scope: Arc::new(SpawnScope {
@@ -404,12 +417,9 @@ impl Engine {
             })
         });
         // A subagent's "current chat" is the thread its parent was asked in.
-        let (route, in_reply_to) = persona.and_then(|p| p.origin.clone()).unwrap_or_else(|| {
-            (
-                entry.message.route.clone(),
-                Some(entry.message.platform_message_id.clone()),
-            )
-        });
+        let (route, in_reply_to) = persona
+            .and_then(|p| p.origin.clone())
+            .unwrap_or_else(|| (input.route.clone(), Some(input.message_id.to_string())));
         ToolContext {
             spawn,
             session_key: session.key.clone(),
@@ -419,9 +429,11 @@ impl Engine {
             store: self.store.clone(),
             outbox: self.outbox.clone(),
             plan,
-            // Only a user's turn is redone after a crash (a subagent's entry is not journalled).
-            effects: (persona.is_none_or(|p| p.depth == 0) && entry.id > 0)
-                .then(|| crate::tools::EffectLog::for_journal_entry(entry.id, entry.redo)),
+            // Only a user's turn is redone after a crash (a subagent's turn is not journalled).
+            effects: input
+                .journal
+                .filter(|_| persona.is_none_or(|p| p.depth == 0))
+                .map(|(id, redo)| crate::tools::EffectLog::for_journal_entry(id, redo)),
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
         }
     }
@@ -513,9 +525,9 @@ impl Engine {
         &self,
         model: &ModelRef,
         request: &ChatRequest,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
-        let route = &entry.message.route;
+        let route = input.route;
         if !self.feedback.live(route) {
             return self.chain.complete(model, request, &|_| {}).await;
         }
@@ -523,7 +535,7 @@ impl Engine {
         let sink = move |delta: &str| {
             let _ = tx.send(delta.to_string());
         };
-        let in_reply_to = &entry.message.platform_message_id;
+        let in_reply_to = input.message_id;
         let forward = async {
             while let Some(delta) = rx.recv().await {
                 self.feedback.delta(route, in_reply_to, &delta).await;

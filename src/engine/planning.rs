@@ -4,10 +4,10 @@
 //! normal tool loop executes the task with the Active Plan in every system prompt.
 
 use super::turn::entry_for;
-use super::{Engine, Persona, TurnError, TurnOutput};
+use super::{Engine, Persona, TurnError, TurnInput, TurnOutput};
 use crate::plan::{self, PlanTracker};
 use crate::providers::{ChatMessage, ChatRequest, Role};
-use crate::storage::{JournalEntry, SessionRow};
+use crate::storage::SessionRow;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +21,7 @@ read-only tools. Then answer with ONLY a JSON object, no prose: {\"goal\": strin
 impl Engine {
     pub(super) async fn run_planned_turn(
         &self,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
         session: &mut SessionRow,
         stop: &CancellationToken,
         task: &str,
@@ -30,7 +30,7 @@ impl Engine {
     ) -> Result<TurnOutput, TurnError> {
         let mut output = TurnOutput::default();
         let tools = self.tools.read_only_specs();
-        let cx = self.tool_context(entry, session, None, None);
+        let cx = self.tool_context(input, session, None, None);
         let model = self.session_model(session);
         let system = format!("{}\n\n{PLANNING_PROMPT}", self.config.agent.system_prompt);
         let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
@@ -105,7 +105,7 @@ impl Engine {
             output.model.as_deref(),
             (0, 0),
         ));
-        self.run_model_turn(entry, session, stop, task, tracker, output, persona)
+        self.run_model_turn(input, session, stop, task, tracker, output, persona)
             .await
     }
 }

@@ -1,10 +1,10 @@
 //! The ReAct tool loop of one turn: model → tool calls (run concurrently) → results → model,
 //! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
 
-use super::{Engine, Persona, TurnError, TurnOutput, compact};
+use super::{Engine, Persona, TurnError, TurnInput, TurnOutput, compact};
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
-use crate::storage::{JournalEntry, NewTranscriptEntry, SessionRow, TranscriptRole};
+use crate::storage::{NewTranscriptEntry, SessionRow, TranscriptRole};
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +49,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)] // the turn's inputs, each used; a struct would only rename them
     pub(super) async fn run_model_turn(
         &self,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
         session: &mut SessionRow,
         stop: &CancellationToken,
         user_text: &str,
@@ -63,7 +63,7 @@ impl Engine {
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let model = persona.model.clone();
         let tools = self.tools.specs_named(&persona.tools);
-        let cx = self.tool_context(entry, session, Some(tracker.clone()), Some(persona));
+        let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
         let mut calls = 0;
@@ -83,7 +83,7 @@ impl Engine {
             calls += 1;
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(stopped(output)),
-                result = self.complete_streaming(&model, &request, entry) => result,
+                result = self.complete_streaming(&model, &request, input) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,

@@ -365,9 +365,9 @@ impl Registry {
             .filter(|r| channels.contains(&r.origin_route.channel))
         {
             n += 1;
-            runner::finish_row(
+            runner::finish(
                 self,
-                &row,
+                &(&row).into(),
                 RunState::Interrupted,
                 "The service restarted while this subagent ran; it did not finish.".into(),
             )

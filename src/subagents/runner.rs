@@ -3,10 +3,8 @@
 //! then finish: announce once and tell the parent.
 
 use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
-use crate::engine::Persona;
-use crate::storage::{
-    JournalEntry, NewOutbound, RunFinish, RunMode, RunRow, RunState, StoreError, TurnCommit,
-};
+use crate::engine::{Persona, TurnInput};
+use crate::storage::{NewOutbound, RunFinish, RunRow, RunState, StoreError, TurnCommit};
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
 use std::sync::Arc;
@@ -76,26 +74,17 @@ pub(crate) async fn run(
             tracing::info!(run_id = %spec.id, "subagent stopped by shutdown; it is reported after restart")
         }
         Outcome::Ended { state, result } => {
-            let row = RunRow {
-                id: spec.id.clone(),
-                parent_session: spec.scope.parent_session.clone(),
-                origin_route: spec.scope.origin.clone(),
-                origin_message: spec.scope.origin_message.clone(),
-                depth: spec.depth as i64,
-                label: spec.label.clone(),
-                task: spec.task.clone(),
-                model: spec.model.to_string(),
-                mode: RunMode::Run,
-                state,
-                result: None,
+            let run = Ending {
+                id: &spec.id,
+                label: &spec.label,
+                parent_session: &spec.scope.parent_session,
+                origin_route: &spec.scope.origin,
+                origin_message: spec.scope.origin_message.as_deref(),
+                depth: i64::from(spec.depth),
                 status_message: spec.status_message,
-                announced: false,
-                created_at: 0,
-                started_at: None,
-                ended_at: None,
             };
             let mut attempts = 0;
-            while let Err(e) = finish_row(&registry, &row, state, result.clone()).await {
+            while let Err(e) = finish(&registry, &run, state, result.clone()).await {
                 attempts += 1;
                 tracing::warn!(run_id = %spec.id, error = %e, attempts, "could not record the run's end");
                 if attempts >= 5 {
@@ -161,27 +150,15 @@ async fn execute(
     let mut step = 0u32;
     loop {
         step += 1;
-        let entry = JournalEntry {
-            id: 0,
-            attempts: 0,
-            redo: false,
-            session_key: key.clone(),
-            message: InboundMessage {
-                route: route.clone(),
-                sender: Sender {
-                    id: "parent".into(),
-                    name: "parent agent".into(),
-                },
-                platform_message_id: format!("{}:{step}", spec.id),
-                text: text.clone(),
-                mentioned: true,
-                reply_to: None,
-                internal: true,
-            },
+        let message_id = format!("{}:{step}", spec.id);
+        let input = TurnInput {
+            route: &route,
+            message_id: &message_id,
+            journal: None,
         };
         let stop = CancellationToken::new();
         let (output, steered) = {
-            let turn = engine.run_child_turn(&entry, &mut session, &stop, &text, &persona);
+            let turn = engine.run_child_turn(&input, &mut session, &stop, &text, &persona);
             tokio::pin!(turn);
             tokio::select! {
                 output = &mut turn => (output, None),
@@ -268,27 +245,53 @@ fn short(text: &str) -> String {
     }
 }
 
+/// What a run's end needs to know of the run (from its spec, or its stored row when a
+/// restart reports it as interrupted).
+pub(crate) struct Ending<'a> {
+    pub id: &'a str,
+    pub label: &'a str,
+    pub parent_session: &'a str,
+    pub origin_route: &'a ChatRoute,
+    pub origin_message: Option<&'a str>,
+    pub depth: i64,
+    pub status_message: Option<i64>,
+}
+
+impl<'a> From<&'a RunRow> for Ending<'a> {
+    fn from(row: &'a RunRow) -> Self {
+        Ending {
+            id: &row.id,
+            label: &row.label,
+            parent_session: &row.parent_session,
+            origin_route: &row.origin_route,
+            origin_message: row.origin_message.as_deref(),
+            depth: row.depth,
+            status_message: row.status_message,
+        }
+    }
+}
+
 /// Record a run's end with its announcement, status edit and parent message (once), and
 /// queue the parent's turn.
-pub(crate) async fn finish_row(
+pub(crate) async fn finish(
     registry: &Registry,
-    row: &RunRow,
+    row: &Ending<'_>,
     state: RunState,
     result: String,
 ) -> Result<(), StoreError> {
-    let route = &row.origin_route;
+    let route = row.origin_route;
     let announcement = NewOutbound {
         route: route.clone(),
         kind: OutboundKind::Announce,
-        text: texts::announcement(&row.label, state, &result),
-        in_reply_to: row.origin_message.clone(),
+        text: texts::announcement(row.label, state, &result),
+        in_reply_to: row.origin_message.map(str::to_string),
         edit_of: None,
     };
     let status_edit = row.status_message.map(|id| NewOutbound {
         route: route.clone(),
         kind: OutboundKind::Status,
-        text: texts::status(&row.label, state.word()),
-        in_reply_to: row.origin_message.clone(),
+        text: texts::status(row.label, state.word()),
+        in_reply_to: row.origin_message.map(str::to_string),
         edit_of: Some(id),
     });
     // Only a user-facing session (not another subagent) gets a turn for the outcome.
@@ -298,19 +301,19 @@ pub(crate) async fn finish_row(
                 route: route.clone(),
                 sender: Sender {
                     id: format!("subagent:{}", row.id),
-                    name: row.label.clone(),
+                    name: row.label.to_string(),
                 },
                 platform_message_id: format!("subagent:{}", row.id),
-                text: texts::for_parent(&row.label, &row.id, state, &result),
+                text: texts::for_parent(row.label, row.id, state, &result),
                 mentioned: true,
                 reply_to: None,
                 internal: true,
             },
-            row.parent_session.clone(),
+            row.parent_session.to_string(),
         )
     });
     let finish = RunFinish {
-        run_id: row.id.clone(),
+        run_id: row.id.to_string(),
         state,
         result,
         announcement,
