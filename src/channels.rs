@@ -27,7 +27,10 @@ fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> Option<Built> {
         .iter()
         .map(|(name, hook)| ferroclaw_channel_webhook::EndpointSettings {
             name: name.clone(),
-            secret: loaded.secrets.webhook_secrets[name].clone(),
+            secret: loaded
+                .secrets
+                .channel(&format!("channels.webhook.{name}.secret_env"))
+                .expect("checked at config load"),
             callback_url: hook.callback_url.clone(),
         })
         .collect();
@@ -45,9 +48,12 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
     if !cfg.enabled {
         return Ok(None);
     }
-    let token = loaded.secrets.telegram_token.clone().ok_or_else(|| {
-        anyhow::anyhow!("channels.telegram.token_env: the token variable is not set")
-    })?;
+    let token = loaded
+        .secrets
+        .channel("channels.telegram.token_env")
+        .ok_or_else(|| {
+            anyhow::anyhow!("channels.telegram.token_env: the token variable is not set")
+        })?;
     let settings = ferroclaw_channel_telegram::Settings {
         token,
         api_url: cfg.api_url.clone(),

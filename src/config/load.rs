@@ -46,10 +46,17 @@ impl std::error::Error for ConfigError {}
 pub struct Secrets {
     /// Provider name → API key (None: no key configured, the provider is called without one).
     pub provider_keys: BTreeMap<String, Option<SecretString>>,
-    pub telegram_token: Option<SecretString>,
-    pub discord_token: Option<SecretString>,
-    pub webhook_secrets: BTreeMap<String, SecretString>,
+    /// Channel secrets by the config key naming their variable
+    /// (`channels.telegram.token_env`, `channels.webhook.NAME.secret_env`).
+    pub channels: BTreeMap<String, SecretString>,
     pub admin_token: Option<SecretString>,
+}
+
+impl Secrets {
+    /// The secret named by config key `key` (see `ChannelsConfig::secret_refs`).
+    pub fn channel(&self, key: &str) -> Option<SecretString> {
+        self.channels.get(key).cloned()
+    }
 }
 
 /// A validated configuration with its secrets resolved.
@@ -259,22 +266,19 @@ fn validate(
         secrets.provider_keys.insert(name.clone(), key);
     }
 
-    // The secret an enabled channel needs; a problem naming its key when it is missing.
-    let mut required = |key: &str, var: &str| {
-        let value = secret(var);
-        if value.is_none() {
-            problem(key, format!("environment variable {var} is not set"));
+    // The secrets the enabled channels need; a problem naming the key when one is missing.
+    for needed in config.channels.secret_refs() {
+        match secret(&needed.var) {
+            Some(value) => {
+                secrets.channels.insert(needed.key, value);
+            }
+            None => problem(
+                &needed.key,
+                format!("environment variable {} is not set", needed.var),
+            ),
         }
-        value
-    };
+    }
     let telegram = &config.channels.telegram;
-    if telegram.enabled {
-        secrets.telegram_token = required("channels.telegram.token_env", &telegram.token_env);
-    }
-    let discord = &config.channels.discord;
-    if discord.enabled {
-        secrets.discord_token = required("channels.discord.token_env", &discord.token_env);
-    }
     if telegram.enabled
         && telegram.mode == TelegramMode::Webhook
         && config.server.public_url.is_empty()
@@ -294,15 +298,6 @@ fn validate(
                 &format!("channels.webhook.{name}"),
                 "webhook names may hold only letters, digits, '-' and '_'".into(),
             );
-        }
-        match secret(&hook.secret_env) {
-            Some(value) => {
-                secrets.webhook_secrets.insert(name.clone(), value);
-            }
-            None => problem(
-                &format!("channels.webhook.{name}.secret_env"),
-                format!("environment variable {} is not set", hook.secret_env),
-            ),
         }
         if !hook.callback_url.is_empty() && !hook.callback_url.starts_with("http") {
             problem(

@@ -45,31 +45,13 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
             .ok();
         }
     }
-    if config.channels.telegram.enabled {
-        let var = &config.channels.telegram.token_env;
+    for needed in config.channels.secret_refs() {
         writeln!(
             out,
-            "# channels.telegram.token_env = {var}: {}",
-            state(loaded.secrets.telegram_token.as_ref())
-        )
-        .ok();
-    }
-    if config.channels.discord.enabled {
-        let var = &config.channels.discord.token_env;
-        writeln!(
-            out,
-            "# channels.discord.token_env = {var}: {}",
-            state(loaded.secrets.discord_token.as_ref())
-        )
-        .ok();
-    }
-    for (name, hook) in &config.channels.webhook {
-        let value = loaded.secrets.webhook_secrets.get(name);
-        writeln!(
-            out,
-            "# channels.webhook.{name}.secret_env = {}: {}",
-            hook.secret_env,
-            state(value)
+            "# {} = {}: {}",
+            needed.key,
+            needed.var,
+            state(loaded.secrets.channels.get(&needed.key))
         )
         .ok();
     }

@@ -270,6 +270,42 @@ pub struct ChannelsConfig {
     pub webhook: BTreeMap<String, WebhookConfig>,
 }
 
+/// A secret an enabled channel needs: the config key naming its variable, and the variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    pub key: String,
+    pub var: String,
+}
+
+impl ChannelsConfig {
+    /// Every secret the enabled channels need (the one place a channel lists its secrets).
+    pub fn secret_refs(&self) -> Vec<SecretRef> {
+        let mut refs = Vec::new();
+        let mut need = |key: String, var: &str| {
+            refs.push(SecretRef {
+                key,
+                var: var.to_string(),
+            })
+        };
+        if self.telegram.enabled {
+            need(
+                "channels.telegram.token_env".into(),
+                &self.telegram.token_env,
+            );
+        }
+        if self.discord.enabled {
+            need("channels.discord.token_env".into(), &self.discord.token_env);
+        }
+        for (name, hook) in &self.webhook {
+            need(
+                format!("channels.webhook.{name}.secret_env"),
+                &hook.secret_env,
+            );
+        }
+        refs
+    }
+}
+
 pub use ferroclaw_channel_core::AccessMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
