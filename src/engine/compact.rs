@@ -145,7 +145,7 @@ async fn summarise(
         tools: Vec::new(),
     };
     let model = engine.session_model(session);
-    match engine.chain.complete(&model, &request, &|_| {}).await {
+    match engine.chain.complete_from(&model, &request, &|_| {}).await {
         Ok((response, _)) if !response.content.trim().is_empty() => Some(response.content),
         Ok(_) => None,
         Err(err) => {

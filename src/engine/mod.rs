@@ -529,7 +529,7 @@ impl Engine {
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let route = input.route;
         if !self.feedback.live(route) {
-            return self.chain.complete(model, request, &|_| {}).await;
+            return self.chain.complete_from(model, request, &|_| {}).await;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let sink = move |delta: &str| {
@@ -542,7 +542,7 @@ impl Engine {
             }
         };
         let complete = async move {
-            let result = self.chain.complete(model, request, &sink).await;
+            let result = self.chain.complete_from(model, request, &sink).await;
             drop(sink);
             result
         };

@@ -43,7 +43,7 @@ impl Engine {
             };
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(output),
-                result = self.chain.complete(&model, &request, &|_| {}) => result,
+                result = self.chain.complete_from(&model, &request, &|_| {}) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,

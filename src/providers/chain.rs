@@ -6,7 +6,8 @@
 //! tried. Invalid requests and context-length errors never move on. Once text has streamed
 //! to the user the chain never switches model.
 
-use super::{ChatRequest, ChatResponse, ModelProvider, ProviderError};
+use super::{ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError};
+use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,7 +103,7 @@ impl FallbackChain {
 
     /// Run the request through the chain starting at `primary`. Returns the response and the
     /// model that produced it.
-    pub async fn complete(
+    pub async fn complete_from(
         &self,
         primary: &ModelRef,
         request: &ChatRequest,
@@ -205,5 +206,28 @@ impl FallbackChain {
             .lock()
             .expect("cooldown lock")
             .insert(model.clone(), Instant::now() + self.cooldown);
+    }
+}
+
+/// The chain is itself a provider (a decorator over the ones it holds): `model` names where
+/// it starts (`<provider>/<model>`), and a chain-level failure is reported in the class a
+/// caller of any provider acts on.
+#[async_trait]
+impl ModelProvider for FallbackChain {
+    async fn complete(
+        &self,
+        model: &str,
+        request: &ChatRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let primary = ModelRef::parse(model).ok_or(ProviderError::ModelNotFound)?;
+        match self.complete_from(&primary, request, on_delta).await {
+            Ok((response, _)) => Ok(response),
+            Err(ChainError::Final { error, .. } | ChainError::AfterStreaming { error, .. }) => {
+                Err(error)
+            }
+            Err(ChainError::NoUsableModel(why)) => Err(ProviderError::InvalidRequest(why)),
+            Err(ChainError::Exhausted(notes)) => Err(ProviderError::Connect(notes)),
+        }
     }
 }

@@ -149,7 +149,7 @@ fn chain_over(
 
 async fn complete(c: &Chain) -> Result<(String, String), ChainError> {
     c.chain
-        .complete(&ModelRef::parse("p/a").unwrap(), &request(), &|_| {})
+        .complete_from(&ModelRef::parse("p/a").unwrap(), &request(), &|_| {})
         .await
         .map(|(r, m)| (r.content, m.to_string()))
 }
@@ -280,7 +280,7 @@ async fn retry_after_is_honoured_on_the_same_model() {
         Duration::from_secs(10),
     );
     let (response, model) = chain
-        .complete(&ModelRef::parse("p/a").unwrap(), &request(), &|_| {})
+        .complete_from(&ModelRef::parse("p/a").unwrap(), &request(), &|_| {})
         .await
         .unwrap();
     assert_eq!(
@@ -356,8 +356,28 @@ async fn no_usable_model_explains_what_to_configure() {
         Duration::from_secs(10),
     );
     let err = chain
-        .complete(&ModelRef::parse("openai/gpt").unwrap(), &request(), &|_| {})
+        .complete_from(&ModelRef::parse("openai/gpt").unwrap(), &request(), &|_| {})
         .await
         .unwrap_err();
     assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chain_is_itself_a_provider_that_falls_back() {
+    let llm = LlmStandIn::start(|body, _| {
+        if body["model"] == "a" {
+            Behaviour::fail(503, "down")
+        } else {
+            Behaviour::reply("from b")
+        }
+    })
+    .await;
+    let chain = chain_over(&llm, &["p/b"], 0, Duration::ZERO, Duration::from_secs(10));
+    let provider: &dyn ModelProvider = &chain;
+    let answer = provider.complete("p/a", &request(), &|_| {}).await.unwrap();
+    assert_eq!(answer.content, "from b");
+    assert!(matches!(
+        provider.complete("no-slash", &request(), &|_| {}).await,
+        Err(ferroclaw::providers::ProviderError::ModelNotFound)
+    ));
 }
