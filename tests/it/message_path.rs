@@ -119,9 +119,14 @@ async fn a_repeated_message_id_is_answered_once() {
     assert_eq!(status, 200);
     assert_eq!(body["status"], "duplicate");
     assert_eq!(wait_replies(&service.base, "c", 1).await, ["echo: hello"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(replies(&service.base, "c").await.len(), 1);
-    assert_eq!(llm.count(), 1, "the model is called once");
+    // A sentinel on the same lane: once it is answered, a duplicate that slipped through
+    // would have been answered before it (lanes are ordered).
+    assert_eq!(send(&service.base, "c", "m-2", "sentinel").await.0, 202);
+    assert_eq!(
+        wait_replies(&service.base, "c", 2).await,
+        ["echo: hello", "echo: sentinel"]
+    );
+    assert_eq!(llm.count(), 2, "the model is called once per message");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -162,14 +167,22 @@ async fn a_turn_interrupted_by_kill_is_answered_exactly_once_after_restart() {
         send(&service.base, "k", "m-1", "survive this").await.1["status"],
         "duplicate"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(replies(&service.base, "k").await.len(), 1);
-    let received = receiver.received();
-    assert_eq!(received.len(), 1, "delivered exactly once");
+    assert_eq!(send(&service.base, "k", "m-2", "sentinel").await.0, 202);
+    assert_eq!(
+        wait_replies(&service.base, "k", 2).await,
+        ["echo: survive this", "echo: sentinel"],
+        "answered exactly once (the sentinel behind it on the same lane)"
+    );
+    let received = wait_for("both callbacks", Duration::from_secs(20), || async {
+        let r = receiver.received();
+        (r.len() >= 2).then_some(r)
+    })
+    .await;
+    assert_eq!(received.len(), 2, "delivered exactly once");
     assert_eq!(received[0].body["text"], "echo: survive this");
     assert_eq!(received[0].body["kind"], "reply");
     assert_eq!(received[0].body["in_reply_to"], "m-1");
-    assert_eq!(llm.count(), 2);
+    assert_eq!(llm.count(), 3);
 
     // A graceful stop exits 0; a restart then repeats nothing.
     let (code, logs) = service.terminate().await;
@@ -179,9 +192,26 @@ async fn a_turn_interrupted_by_kill_is_answered_exactly_once_after_restart() {
         "the webhook secret must never be logged"
     );
     let service = Service::start(&work, &env()).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.received().len(), 1);
-    assert_eq!(llm.count(), 2);
+    assert_eq!(
+        send(&service.base, "k", "m-3", "after restart").await.0,
+        202
+    );
+    let received = wait_for(
+        "the sentinel's callback",
+        Duration::from_secs(20),
+        || async {
+            let r = receiver.received();
+            (r.len() >= 3).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        received.len(),
+        3,
+        "nothing before the sentinel was sent again"
+    );
+    assert_eq!(received[2].body["text"], "echo: after restart");
+    assert_eq!(llm.count(), 4);
     drop(service);
 }
 

@@ -56,8 +56,9 @@ async fn direct_messages_groups_and_forum_topics_are_answered_in_the_right_place
 
     tg.push_message(group(-100, 7, 2, "nobody asked you", false, None));
     tg.push_message(group(-100, 7, 3, "what now?", true, None));
+    // Updates are handed over in order: once the mention is answered, the message before
+    // it was already skipped (or would have been answered first on the same lane).
     texts_settle(&tg, -100, |t| t.iter().any(|x| x == "echo: what now?")).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         tg.texts(-100),
         ["echo: what now?"],
@@ -229,8 +230,8 @@ async fn allowlist_answers_only_allowed_users_given_as_numbers_or_strings() {
         let _service = Service::start(&work, ENV).await;
         tg.push_message(dm(8, 1, "let me in"));
         tg.push_message(dm(7, 2, "hi"));
+        // The stranger's update is handed over (and refused, at once) before the next one.
         texts_settle(&tg, 7, |t| !t.is_empty()).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(tg.texts(8).is_empty(), "{allowed}: a stranger gets nothing");
         assert_eq!(
             llm.count(),
@@ -437,12 +438,26 @@ async fn webhook_mode_checks_the_secret_token_header() {
     assert_eq!(post(Some(secret.clone())).await.unwrap().status(), 200);
     texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: via webhook")).await;
     assert_eq!(
-        post(Some(secret)).await.unwrap().status(),
+        post(Some(secret.clone())).await.unwrap().status(),
         200,
         "a redelivery is accepted"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(llm.count(), 1, "and not processed twice");
+    // A sentinel on the same lane: a redelivery that slipped through would be answered first.
+    let sentinel = serde_json::json!({"update_id": 2, "message": dm(7, 2, "sentinel")}).to_string();
+    let posted = reqwest::Client::new()
+        .post(format!("{}/v1/telegram/webhook", service.base))
+        .header("x-telegram-bot-api-secret-token", secret)
+        .header("content-type", "application/json")
+        .body(sentinel)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 200);
+    assert_eq!(
+        texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: sentinel")).await,
+        ["echo: via webhook", "echo: sentinel"]
+    );
+    assert_eq!(llm.count(), 2, "and not processed twice");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -466,13 +481,14 @@ async fn a_kill_during_a_turn_then_restart_answers_exactly_once() {
     service.kill();
     let _service = Service::start(&work, ENV).await;
     texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: do not lose me")).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A sentinel on the same lane: a second answer would come before its reply.
+    tg.push_message(dm(7, 2, "sentinel"));
     assert_eq!(
-        tg.texts(7),
-        ["echo: do not lose me"],
+        texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: sentinel")).await,
+        ["echo: do not lose me", "echo: sentinel"],
         "answered exactly once"
     );
-    assert_eq!(llm.count(), 2);
+    assert_eq!(llm.count(), 3);
     assert_eq!(tg.pending_updates(), 0, "the update was confirmed");
 }
 

@@ -121,11 +121,35 @@ async fn a_receiver_that_fails_the_first_three_deliveries_still_gets_every_messa
         (r.len() >= 3).then_some(r)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let received_now = receiver.received();
-    assert_eq!(received_now.len(), 3, "no duplicates after the retries");
+    // A sentinel in the same conversation: callbacks go out in order, so a duplicate from
+    // the retries would arrive before it.
+    assert_eq!(hook.send("conv", None, "m4", "sentinel", "").await.0, 202);
+    let received_now = wait_for(
+        "the sentinel's callback",
+        Duration::from_secs(20),
+        || async {
+            let r = receiver.received();
+            (r.len() >= 4).then_some(r)
+        },
+    )
+    .await;
+    let texts_now: Vec<&str> = received_now
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts_now,
+        [
+            "echo: msg 1",
+            "echo: msg 2",
+            "echo: msg 3",
+            "echo: sentinel"
+        ],
+        "no duplicates after the retries"
+    );
     let texts: Vec<&str> = received
         .iter()
+        .take(3)
         .map(|r| r.body["text"].as_str().unwrap())
         .collect();
     assert_eq!(texts, ["echo: msg 1", "echo: msg 2", "echo: msg 3"]);
