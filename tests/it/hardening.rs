@@ -176,9 +176,16 @@ async fn a_full_disk_refuses_messages_instead_of_losing_them_and_recovers_when_s
     service.kill();
     let service = Service::start(&work, ENV).await;
     let hook = Hook::new(&service, SECRET);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A sentinel on the same lane: anything redone after the restart is answered before it.
+    assert_eq!(hook.send("c", None, "m-10", "sentinel", "").await.0, 202);
+    acknowledged.push("m-10".into());
+    let after = wait_for("the sentinel's answer", Duration::from_secs(30), || async {
+        let list = hook.list("c", 0).await;
+        (list.len() >= acknowledged.len()).then_some(list)
+    })
+    .await;
     assert_eq!(
-        answered(&hook.list("c", 0).await),
+        answered(&after),
         acknowledged,
         "nothing lost or repeated by a restart"
     );
@@ -339,6 +346,9 @@ async fn a_crash_after_a_side_effect_does_not_repeat_it_when_the_turn_is_redone(
         if user.starts_with("[Subagent") {
             return Behaviour::reply("noted");
         }
+        if user == "sentinel" {
+            return Behaviour::reply("pong");
+        }
         if tool_results(body).is_empty() {
             return Behaviour::tools(&[
                 ("message", json!({"text": "interim note"})),
@@ -380,8 +390,13 @@ async fn a_crash_after_a_side_effect_does_not_repeat_it_when_the_turn_is_redone(
         t.iter().any(|x| x == "all done")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let got_now = texts(&hook, "s").await;
+    // A sentinel on the same lane: the parent's turn for the child's report and anything
+    // repeated are answered before it.
+    assert_eq!(hook.send("s", None, "m-2", "sentinel", "").await.0, 202);
+    let got_now = wait_texts(&hook, "s", "the sentinel's answer", |t| {
+        t.iter().any(|x| x == "pong")
+    })
+    .await;
     let count = |s: &str| got_now.iter().filter(|t| t.as_str() == s).count();
     assert_eq!(
         count("interim note"),
