@@ -4,9 +4,8 @@
 //!
 //! The terminal channel is not here: `ferroclaw chat` builds it itself.
 
-use crate::config::{LoadedConfig, TelegramMode};
-use ferroclaw_channel_core::{AccessRule, Built};
-use std::time::Duration;
+use crate::config::LoadedConfig;
+use ferroclaw_channel_core::Built;
 
 /// Build every enabled channel (nothing is contacted yet).
 pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Vec<Built>> {
@@ -54,28 +53,13 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
         .ok_or_else(|| {
             anyhow::anyhow!("channels.telegram.token_env: the token variable is not set")
         })?;
-    let settings = ferroclaw_channel_telegram::Settings {
+    let cx = ferroclaw_channel_telegram::Context {
         token,
-        api_url: cfg.api_url.clone(),
-        mode: match cfg.mode {
-            TelegramMode::Polling => ferroclaw_channel_telegram::Mode::Polling,
-            TelegramMode::Webhook => ferroclaw_channel_telegram::Mode::Webhook {
-                public_url: loaded.config.server.public_url.clone(),
-            },
-        },
-        require_mention_in_groups: cfg.require_mention_in_groups,
-        stream_edit_interval: Duration::from_millis(cfg.stream_edit_interval_ms),
-        poll_timeout: Duration::from_secs(cfg.poll_timeout_secs),
+        public_url: loaded.config.server.public_url.clone(),
         commands: crate::engine::COMMANDS
             .iter()
             .map(|(c, d)| (c.to_string(), d.to_string()))
             .collect(),
-        access: AccessRule {
-            mode: cfg.access,
-            allowed_users: cfg.allowed_users.clone(),
-        },
     };
-    ferroclaw_channel_telegram::build(settings)
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!(e))
+    cfg.build(cx).map(Some).map_err(|e| anyhow::anyhow!(e))
 }

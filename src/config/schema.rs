@@ -308,44 +308,7 @@ impl ChannelsConfig {
 
 pub use ferroclaw_channel_core::AccessMode;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TelegramMode {
-    Polling,
-    Webhook,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TelegramConfig {
-    pub enabled: bool,
-    pub token_env: String,
-    pub api_url: String,
-    pub mode: TelegramMode,
-    pub access: AccessMode,
-    #[serde(deserialize_with = "user_ids")]
-    pub allowed_users: Vec<String>,
-    pub require_mention_in_groups: bool,
-    pub stream_edit_interval_ms: u64,
-    /// How long one `getUpdates` long poll is held open by Telegram when idle.
-    pub poll_timeout_secs: u64,
-}
-
-impl Default for TelegramConfig {
-    fn default() -> Self {
-        TelegramConfig {
-            enabled: false,
-            token_env: "TELEGRAM_BOT_TOKEN".into(),
-            api_url: "https://api.telegram.org".into(),
-            mode: TelegramMode::Polling,
-            access: AccessMode::Pairing,
-            allowed_users: Vec::new(),
-            require_mention_in_groups: true,
-            stream_edit_interval_ms: 1000,
-            poll_timeout_secs: 25,
-        }
-    }
-}
+pub use ferroclaw_channel_telegram::{Config as TelegramConfig, ModeConfig as TelegramMode};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -354,7 +317,7 @@ pub struct DiscordConfig {
     pub token_env: String,
     pub api_url: String,
     pub access: AccessMode,
-    #[serde(deserialize_with = "user_ids")]
+    #[serde(deserialize_with = "ferroclaw_channel_core::user_ids")]
     pub allowed_users: Vec<String>,
     pub require_mention_in_guilds: bool,
     pub stream_edit_interval_ms: u64,
@@ -374,38 +337,4 @@ impl Default for DiscordConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WebhookConfig {
-    pub secret_env: String,
-    pub callback_url: String,
-}
-
-impl Default for WebhookConfig {
-    fn default() -> Self {
-        WebhookConfig {
-            secret_env: "FERROCLAW_WEBHOOK_SECRET".into(),
-            callback_url: String::new(),
-        }
-    }
-}
-
-/// Platform user ids as strings; numbers are accepted too (`allowed_users = [7]`), since
-/// Telegram and Discord ids are numbers.
-fn user_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Id {
-        Text(String),
-        Number(i64),
-        Unsigned(u64),
-    }
-    Ok(Vec::<Id>::deserialize(d)?
-        .into_iter()
-        .map(|id| match id {
-            Id::Text(s) => s,
-            Id::Number(n) => n.to_string(),
-            Id::Unsigned(n) => n.to_string(),
-        })
-        .collect())
-}
+pub use ferroclaw_channel_webhook::EndpointConfig as WebhookConfig;

@@ -101,3 +101,23 @@ pub trait MessageLog: Send + Sync {
     /// Wakes when new bot messages may exist (a hint: readers re-query after it).
     fn subscribe(&self) -> broadcast::Receiver<String>;
 }
+
+/// Platform user ids as strings; numbers are accepted too (`allowed_users = [7]`), since
+/// Telegram and Discord ids are numbers.
+pub fn user_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Text(String),
+        Number(i64),
+        Unsigned(u64),
+    }
+    Ok(<Vec<Id> as serde::Deserialize>::deserialize(d)?
+        .into_iter()
+        .map(|id| match id {
+            Id::Text(s) => s,
+            Id::Number(n) => n.to_string(),
+            Id::Unsigned(n) => n.to_string(),
+        })
+        .collect())
+}

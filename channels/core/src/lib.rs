@@ -14,7 +14,7 @@ mod message;
 mod route;
 
 pub use adapter::{
-    AccessMode, AccessRule, Built, MessageLog, Receiver, ReceiverContext, Receiving,
+    AccessMode, AccessRule, Built, MessageLog, Receiver, ReceiverContext, Receiving, user_ids,
 };
 pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 pub use route::{ChatKind, ChatRoute};

@@ -9,11 +9,13 @@
 
 mod backoff;
 mod channel;
+mod config;
 mod format;
 mod ingress;
 mod translate;
 
 pub use channel::TelegramChannel;
+pub use config::{Config, ModeConfig};
 pub use format::{LIMIT, split, to_html};
 pub use ingress::WEBHOOK_PATH;
 pub use translate::CHANNEL;
@@ -60,6 +62,39 @@ fn client(timeout: Duration) -> Result<reqwest::Client, String> {
         .timeout(timeout)
         .build()
         .map_err(|e| format!("cannot build the Telegram HTTP client: {e}"))
+}
+
+/// What the service resolves for the factory: the token and service-wide values.
+pub struct Context {
+    pub token: SecretString,
+    /// `server.public_url` (webhook mode).
+    pub public_url: String,
+    /// Chat commands to register with setMyCommands: (command, description).
+    pub commands: Vec<(String, String)>,
+}
+
+impl Config {
+    /// The adapter from this section (`enabled` is the caller's to check).
+    pub fn build(&self, cx: Context) -> Result<Built, String> {
+        build(Settings {
+            token: cx.token,
+            api_url: self.api_url.clone(),
+            mode: match self.mode {
+                ModeConfig::Polling => Mode::Polling,
+                ModeConfig::Webhook => Mode::Webhook {
+                    public_url: cx.public_url,
+                },
+            },
+            require_mention_in_groups: self.require_mention_in_groups,
+            stream_edit_interval: Duration::from_millis(self.stream_edit_interval_ms),
+            poll_timeout: Duration::from_secs(self.poll_timeout_secs),
+            commands: cx.commands,
+            access: AccessRule {
+                mode: self.access,
+                allowed_users: self.allowed_users.clone(),
+            },
+        })
+    }
 }
 
 /// The adapter factory: the bot's delivery channel now, its update source (long polling or

@@ -23,7 +23,25 @@ pub fn channel_name(name: &str) -> String {
     format!("webhook:{name}")
 }
 
-/// One endpoint `[channels.webhook.NAME]`.
+/// `[channels.webhook.NAME]` as written in config.toml, with its defaults (the endpoint is
+/// enabled by being there).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EndpointConfig {
+    pub secret_env: String,
+    pub callback_url: String,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            secret_env: "FERROCLAW_WEBHOOK_SECRET".into(),
+            callback_url: String::new(),
+        }
+    }
+}
+
+/// One endpoint as the factory takes it (the secret resolved by the service).
 pub struct EndpointSettings {
     pub name: String,
     pub secret: secrecy::SecretString,
