@@ -14,6 +14,7 @@ use crate::storage::{self, Store};
 use crate::subagents::Registry;
 use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
+use crate::turns::TurnHandler;
 use anyhow::Context;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{AccessRule, Channel, ChatRoute};
@@ -101,7 +102,6 @@ impl App {
             Arc::new(ChannelFeedback(channel_map.clone())),
             notifier.clone(),
             tools,
-            turns.clone(),
         ));
         // Built in one pass: the registry runs children on the engine and hands the turns
         // their outcomes start to the lanes through a channel; the lanes give every turn the
@@ -115,15 +115,19 @@ impl App {
             parent_turns,
         );
         let spawner: Arc<dyn Spawner> = Arc::new(subagents.clone());
-        let lanes = Lanes::new(
-            engine.clone(),
+        let handler = Arc::new(TurnHandler::new(
+            engine,
+            store.clone(),
+            notifier.clone(),
+            turns.clone(),
             Some(spawner.clone()),
-            CancellationToken::new(),
-        );
+            config.subagents.max_chained_turns,
+        ));
+        let lanes = Lanes::new(handler.clone(), CancellationToken::new());
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),
-            engine.clone(),
+            handler,
             access_from(access),
             Some(spawner),
         ));

@@ -4,10 +4,11 @@
 //! Implements the [`Inbox`] trait the channel adapters call.
 
 use crate::access::{Access, Verdict, pairing_text};
-use crate::engine::{Command, Engine};
+use crate::engine::Command;
 use crate::lanes::Lanes;
 use crate::spawn::Spawner;
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
+use crate::turns::TurnHandler;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 pub struct Ingress {
     store: Arc<dyn Store>,
     lanes: Lanes,
-    engine: Arc<Engine>,
+    handler: Arc<TurnHandler>,
     access: Access,
     subagents: Option<Arc<dyn Spawner>>,
 }
@@ -24,14 +25,14 @@ impl Ingress {
     pub fn new(
         store: Arc<dyn Store>,
         lanes: Lanes,
-        engine: Arc<Engine>,
+        handler: Arc<TurnHandler>,
         access: Access,
         subagents: Option<Arc<dyn Spawner>>,
     ) -> Self {
         Ingress {
             store,
             lanes,
-            engine,
+            handler,
             access,
             subagents,
         }
@@ -62,18 +63,18 @@ impl Ingress {
             Verdict::Allow => {}
             Verdict::Deny => {
                 tracing::info!(channel = %entry.message.route.channel, "message from a user without access dropped");
-                return self.engine.answer(&entry, None).await;
+                return self.handler.answer(&entry, None).await;
             }
             Verdict::Pair(code) => {
                 tracing::info!(channel = %entry.message.route.channel, "pairing code issued");
                 return self
-                    .engine
+                    .handler
                     .answer(&entry, Some((OutboundKind::Status, pairing_text(&code))))
                     .await;
             }
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
-            self.engine.stop_chain(&entry.session_key);
+            self.handler.stop_chain(&entry.session_key);
             let stopped = self.lanes.stop(&entry.session_key);
             let killed = self
                 .subagents
@@ -86,7 +87,7 @@ impl Ingress {
                 (true, n) => format!("⏹ Stopped the running turn and {n} subagent(s)."),
             };
             return self
-                .engine
+                .handler
                 .answer(&entry, Some((OutboundKind::Status, text)))
                 .await;
         }

@@ -7,9 +7,8 @@
 //! its journal entry pending, to be answered after restart. `/stop` is different: it ends the
 //! running turn through its own token and the turn commits what it finished.
 
-use crate::engine::{Engine, MAX_TURN_ATTEMPTS};
-use crate::spawn::Spawner;
 use crate::storage::JournalEntry;
+use crate::turns::{MAX_TURN_ATTEMPTS, TurnHandler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,9 +31,7 @@ struct Lane {
 
 struct Inner {
     lanes: Mutex<HashMap<String, Lane>>,
-    engine: Arc<Engine>,
-    /// Handed to every turn (None: subagents are off).
-    spawner: Option<Arc<dyn Spawner>>,
+    handler: Arc<TurnHandler>,
     tracker: TaskTracker,
     /// Hard stop: abort running turns without committing them.
     cancel: CancellationToken,
@@ -44,16 +41,11 @@ struct Inner {
 }
 
 impl Lanes {
-    pub fn new(
-        engine: Arc<Engine>,
-        spawner: Option<Arc<dyn Spawner>>,
-        cancel: CancellationToken,
-    ) -> Self {
+    pub fn new(handler: Arc<TurnHandler>, cancel: CancellationToken) -> Self {
         Lanes {
             inner: Arc::new(Inner {
                 lanes: Mutex::new(HashMap::new()),
-                engine,
-                spawner,
+                handler,
                 tracker: TaskTracker::new(),
                 cancel,
                 closing: AtomicBool::new(false),
@@ -167,10 +159,10 @@ impl Inner {
         // restarts, not replayed into the same crash forever.
         let mut entry = entry.clone();
         if entry.redo {
-            match self.engine.begin_attempt(&entry).await {
+            match self.handler.begin_attempt(&entry).await {
                 Ok(redone) if redone >= MAX_TURN_ATTEMPTS => {
                     tracing::error!(session = %entry.session_key, journal_id = entry.id, redone, "turn never finished in earlier runs; giving it up");
-                    if let Err(err) = self.engine.answer_given_up(&entry).await {
+                    if let Err(err) = self.handler.answer_given_up(&entry).await {
                         tracing::error!(journal_id = entry.id, error = %err, "could not record the given-up turn");
                     }
                     return;
@@ -188,14 +180,10 @@ impl Inner {
             }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.
-            let turn = std::panic::AssertUnwindSafe(self.engine.handle(
-                &*entry,
-                stop,
-                self.spawner.as_ref(),
-            ));
+            let turn = std::panic::AssertUnwindSafe(self.handler.handle(&*entry, stop));
             let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
                 tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
-                if let Err(err) = self.engine.answer_failed(&*entry).await {
+                if let Err(err) = self.handler.answer_failed(&*entry).await {
                     tracing::error!(journal_id = entry.id, error = %err, "could not record the failed turn");
                 }
                 return;

@@ -29,3 +29,4 @@ pub mod storage;
 pub mod subagents;
 pub mod tools;
 pub mod turn_watch;
+pub mod turns;

@@ -1,10 +1,11 @@
-//! The agent engine: turns one journalled inbound message into a committed turn.
+//! The agent engine: runs one turn (a chat command, `/plan`, or the tool loop) for a message
+//! and returns what it produced; `crate::turns` commits it.
 //!
-//! A turn reads the session and a bounded window of its transcript, runs the tool loop
-//! (`turn.rs`: model → tool calls → results → model, through the fallback chain), and commits
-//! the transcript entries, the bot messages and the journal's "answered" mark in ONE
-//! transaction. It never does channel I/O other than streaming deltas: replies leave through
-//! the outbox (`crate::outbox`).
+//! A turn reads the session and a bounded window of its transcript and runs the tool loop
+//! (`turn.rs`: model → tool calls → results → model, through the fallback chain). It knows
+//! no journal row and commits nothing itself (the caller commits transcript entries, bot
+//! messages and the answered-mark in one transaction). It never does channel I/O other than
+//! streaming deltas and typing (`LiveFeedback`): replies leave through the outbox.
 
 mod commands;
 mod compact;
@@ -22,19 +23,11 @@ use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
 use crate::spawn::{SpawnHandle, SpawnScope, Spawner, StepObserver};
-use crate::storage::{
-    JournalEntry, NewOutbound, NewTranscriptEntry, SessionRow, Store, StoreError, TurnCommit,
-};
+use crate::storage::{NewTranscriptEntry, SessionRow, Store, StoreError};
 use crate::tools::{ToolContext, ToolRegistry};
-use crate::turn_watch::TurnWatch;
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
-use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// A journal entry whose turn was started this many times, each time ending with the
-/// process, is given up (answered with an error) instead of being started again.
-pub const MAX_TURN_ATTEMPTS: i64 = 3;
 
 /// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
 pub struct Persona {
@@ -51,40 +44,6 @@ pub struct Persona {
     pub spawner: Option<Arc<dyn Spawner>>,
 }
 
-/// Internal turns run in a row per session since the user last wrote. Sessions without a
-/// chain have no entry.
-#[derive(Default)]
-struct ChainGuard {
-    chained: std::sync::Mutex<HashMap<String, u32>>,
-}
-
-impl ChainGuard {
-    /// Count one more internal turn; false when it must not run.
-    fn step(&self, session_key: &str, max: u32) -> bool {
-        let mut chained = self.chained.lock().expect("chain lock");
-        let n = chained.entry(session_key.to_string()).or_insert(0);
-        if *n >= max {
-            return false;
-        }
-        *n += 1;
-        true
-    }
-
-    fn reset(&self, session_key: &str) {
-        let mut chained = self.chained.lock().expect("chain lock");
-        if !chained.is_empty() {
-            chained.remove(session_key);
-        }
-    }
-
-    fn stop(&self, session_key: &str) {
-        self.chained
-            .lock()
-            .expect("chain lock")
-            .insert(session_key.to_string(), u32::MAX);
-    }
-}
-
 pub struct Engine {
     store: Arc<dyn Store>,
     chain: Arc<FallbackChain>,
@@ -93,8 +52,6 @@ pub struct Engine {
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
-    turns: TurnWatch,
-    chains: ChainGuard,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,12 +72,12 @@ pub struct TurnInput<'a> {
 
 /// What a turn produced before it is committed.
 #[derive(Default)]
-pub(crate) struct TurnOutput {
-    pub(crate) entries: Vec<NewTranscriptEntry>,
-    pub(crate) outbound: Vec<(OutboundKind, String)>,
-    pub(crate) tokens_in: i64,
-    pub(crate) tokens_out: i64,
-    pub(crate) model: Option<String>,
+pub struct TurnOutput {
+    pub entries: Vec<NewTranscriptEntry>,
+    pub outbound: Vec<(OutboundKind, String)>,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub model: Option<String>,
 }
 
 impl TurnOutput {
@@ -149,7 +106,6 @@ impl Engine {
         feedback: Arc<dyn LiveFeedback>,
         outbox: OutboxNotifier,
         tools: Arc<ToolRegistry>,
-        turns: TurnWatch,
     ) -> Self {
         let tool_tokens = tools
             .specs()
@@ -164,15 +120,7 @@ impl Engine {
             outbox,
             tools,
             tool_tokens,
-            turns,
-            chains: ChainGuard::default(),
         }
-    }
-
-    /// End the session's chain of internal turns (`/stop`): outcomes still arriving are
-    /// announced, but no longer start turns, until the user writes again.
-    pub fn stop_chain(&self, session_key: &str) {
-        self.chains.stop(session_key);
     }
 
     /// True when `model` names a configured provider.
@@ -229,66 +177,42 @@ impl Engine {
         .await
     }
 
-    /// Handle one journalled message to completion. `stop` ends the turn early (`/stop`): what
-    /// finished so far is committed. On `Ok` the journal entry is answered and its replies are
-    /// in the outbox; on `Err` nothing was committed and the entry stays pending.
-    #[tracing::instrument(skip_all, fields(session = %entry.session_key, journal_id = entry.id))]
-    pub async fn handle(
+    /// Run one turn for `text` (a chat command, `/plan`, or the tool loop) and return what it
+    /// produced; the caller commits it. `stop` ends it early (`/stop`): what finished so far
+    /// is returned. Knows no journal row.
+    pub async fn run_turn(
         &self,
-        entry: &JournalEntry,
+        input: &TurnInput<'_>,
+        session: &mut SessionRow,
+        text: &str,
         stop: &CancellationToken,
         spawner: Option<&Arc<dyn Spawner>>,
-    ) -> Result<(), TurnError> {
-        // A subagent's outcome starts an internal turn, which may spawn again: such chains
-        // are capped, and `/stop` ends them.
-        if entry.message.internal {
-            if !self
-                .chains
-                .step(&entry.session_key, self.config.subagents.max_chained_turns)
-            {
-                tracing::info!(session = %entry.session_key, "chained internal turn not run (stopped or subagents.max_chained_turns reached)");
-                return Ok(self.answer(entry, None).await?);
-            }
-        } else {
-            self.chains.reset(&entry.session_key);
-        }
-        let now = crate::clock::now_ms();
-        let route = &entry.message.route;
-        let mut session = self
-            .store
-            .session_get_or_create(&entry.session_key, route, now)
-            .await?;
-        let text = entry.message.text.trim();
-        let input = TurnInput {
-            route,
-            message_id: &entry.message.platform_message_id,
-            journal: Some((entry.id, entry.redo)),
-        };
+    ) -> Result<TurnOutput, TurnError> {
+        let route = input.route;
         let tracker = Arc::new(PlanTracker::load(
             self.store.clone(),
             self.outbox.clone(),
             &session.key,
             session.plan.as_deref(),
             route.clone(),
-            Some(entry.message.platform_message_id.clone()),
+            Some(input.message_id.to_string()),
         ));
         let too_long = text.chars().count() > self.config.agent.max_input_chars;
-        let output = match Command::parse(text) {
+        Ok(match Command::parse(text) {
             // The limit holds for `/plan <task>` as for any text the model would read.
             Some(Command::Plan(task)) if !task.is_empty() && too_long => self.too_long(text),
             Some(Command::Plan(task)) if !task.is_empty() => {
-                let persona = self.user_persona(&session, spawner);
-                let turn =
-                    self.run_planned_turn(&input, &mut session, stop, &task, tracker, &persona);
+                let persona = self.user_persona(session, spawner);
+                let turn = self.run_planned_turn(input, session, stop, &task, tracker, &persona);
                 self.with_typing(route, turn).await?
             }
-            Some(command) => self.run_command(command, &mut session, spawner).await?,
+            Some(command) => self.run_command(command, session, spawner).await?,
             None if too_long => self.too_long(text),
             None => {
-                let persona = self.user_persona(&session, spawner);
+                let persona = self.user_persona(session, spawner);
                 let turn = self.run_model_turn(
-                    &input,
-                    &mut session,
+                    input,
+                    session,
                     stop,
                     text,
                     tracker,
@@ -297,84 +221,7 @@ impl Engine {
                 );
                 self.with_typing(route, turn).await?
             }
-        };
-        let in_reply_to = Some(entry.message.platform_message_id.clone());
-        let called_tools = output.entries.iter().any(|e| e.tool_calls.is_some());
-        let commit = TurnCommit {
-            journal_id: Some(entry.id),
-            session_key: entry.session_key.clone(),
-            epoch: session.epoch,
-            clear_effects: entry.redo || called_tools,
-            entries: output.entries,
-            outbound: output
-                .outbound
-                .into_iter()
-                .map(|(kind, text)| NewOutbound {
-                    route: route.clone(),
-                    kind,
-                    text,
-                    in_reply_to: in_reply_to.clone(),
-                    edit_of: None,
-                })
-                .collect(),
-            tokens_in: output.tokens_in,
-            tokens_out: output.tokens_out,
-            last_model: output.model,
-            now_ms: crate::clock::now_ms(),
-        };
-        match self.commit_durably(&commit).await {
-            Ok(()) => {}
-            // Another attempt already answered it: the earlier answer stands, this one is dropped.
-            Err(StoreError::AlreadyAnswered(id)) => {
-                tracing::warn!(
-                    journal_id = id,
-                    "turn already answered; dropping duplicate result"
-                );
-            }
-            Err(err) => return Err(err.into()),
-        }
-        self.outbox.kick(&route.channel);
-        self.turns.answered(entry.id);
-        Ok(())
-    }
-
-    /// Commit a finished turn, waiting out a database that cannot write (a full disk, a
-    /// restarting server) instead of throwing the turn's work away: the lane holds its
-    /// place, so order is kept, and the commit lands as soon as writes work again. Only
-    /// `AlreadyAnswered` and corrupt data end it early.
-    async fn commit_durably(&self, commit: &TurnCommit) -> Result<(), StoreError> {
-        let mut wait = std::time::Duration::from_millis(100);
-        for attempt in 1u64.. {
-            match self.store.commit_turn(commit).await {
-                Ok(_) => return Ok(()),
-                Err(err @ (StoreError::AlreadyAnswered(_) | StoreError::Corrupt(_))) => {
-                    return Err(err);
-                }
-                Err(err) => {
-                    if attempt == 1 || attempt.is_multiple_of(20) {
-                        tracing::warn!(journal_id = ?commit.journal_id, attempt, error = %err, "could not commit a turn; retrying until the database takes writes");
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(std::time::Duration::from_secs(5));
-                }
-            }
-        }
-        unreachable!("the loop only ends by returning")
-    }
-
-    /// Count a redo of the turn of `entry` (found unfinished on start); returns the redos so
-    /// far, this one included. The first start is not counted (no write), so `n` redos mean
-    /// `n` earlier starts that never finished (see the lane).
-    pub async fn begin_attempt(&self, entry: &JournalEntry) -> Result<i64, StoreError> {
-        self.store.journal_begin_attempt(entry.id).await
-    }
-
-    /// Answer a journal entry whose turn was started `MAX_TURN_ATTEMPTS` times without
-    /// finishing (each start ended with the process dying).
-    pub async fn answer_given_up(&self, entry: &JournalEntry) -> Result<(), StoreError> {
-        let text = "⚠️ This message could not be processed: handling it stopped the service several times, so it was given up. Please rephrase or try again later.";
-        self.answer(entry, Some((OutboundKind::Error, text.into())))
-            .await
+        })
     }
 
     fn too_long(&self, text: &str) -> TurnOutput {
@@ -462,57 +309,6 @@ impl Engine {
     /// Estimated tokens the tool definitions add to every call.
     fn tool_tokens(&self) -> usize {
         self.tool_tokens
-    }
-
-    /// Answer a journal entry without a model turn (`/stop`, access refusals, a crashed
-    /// turn): mark it answered with at most one reply, in one commit.
-    pub async fn answer(
-        &self,
-        entry: &JournalEntry,
-        reply: Option<(OutboundKind, String)>,
-    ) -> Result<(), StoreError> {
-        let route = &entry.message.route;
-        let epoch = self
-            .store
-            .session_get(&entry.session_key)
-            .await?
-            .map(|s| s.epoch)
-            .unwrap_or(0);
-        let commit = TurnCommit {
-            journal_id: Some(entry.id),
-            session_key: entry.session_key.clone(),
-            epoch,
-            entries: Vec::new(),
-            outbound: reply
-                .into_iter()
-                .map(|(kind, text)| NewOutbound {
-                    route: route.clone(),
-                    kind,
-                    text,
-                    in_reply_to: Some(entry.message.platform_message_id.clone()),
-                    edit_of: None,
-                })
-                .collect(),
-            tokens_in: 0,
-            tokens_out: 0,
-            last_model: None,
-            now_ms: crate::clock::now_ms(),
-            clear_effects: entry.redo,
-        };
-        match self.commit_durably(&commit).await {
-            Ok(()) | Err(StoreError::AlreadyAnswered(_)) => {}
-            Err(err) => return Err(err),
-        }
-        self.outbox.kick(&route.channel);
-        self.turns.answered(entry.id);
-        Ok(())
-    }
-
-    /// Answer a journal entry whose turn crashed, with an error reply.
-    pub async fn answer_failed(&self, entry: &JournalEntry) -> Result<(), StoreError> {
-        let text = "⚠️ Something went wrong while handling this message; it was not processed. Please try again.";
-        self.answer(entry, Some((OutboundKind::Error, text.into())))
-            .await
     }
 
     fn session_model(&self, session: &SessionRow) -> ModelRef {
