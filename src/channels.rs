@@ -61,5 +61,5 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
             .map(|(c, d)| (c.to_string(), d.to_string()))
             .collect(),
     };
-    cfg.build(cx).map(Some).map_err(|e| anyhow::anyhow!(e))
+    Ok(Some(cfg.build(cx)?))
 }

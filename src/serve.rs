@@ -8,7 +8,9 @@ use crate::storage::{OutboxEntry, Store, StoreResult};
 use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, MessageLog, OutboundMessage, ReceiverContext};
+use ferroclaw_channel_core::{
+    Channel, LogUnavailable, MessageLog, OutboundMessage, ReceiverContext,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -117,9 +119,9 @@ struct OutboxLog {
     turns: TurnWatch,
 }
 
-fn messages(rows: StoreResult<Vec<OutboxEntry>>) -> Result<Vec<OutboundMessage>, String> {
+fn messages(rows: StoreResult<Vec<OutboxEntry>>) -> Result<Vec<OutboundMessage>, LogUnavailable> {
     rows.map(|rows| rows.into_iter().map(|r| r.message).collect())
-        .map_err(|e| e.to_string())
+        .map_err(|e| LogUnavailable(e.to_string()))
 }
 
 #[async_trait]
@@ -130,7 +132,7 @@ impl MessageLog for OutboxLog {
         conversation_id: &str,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String> {
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         messages(
             self.store
                 .outbox_conversation(channel, conversation_id, after, limit)
@@ -143,15 +145,15 @@ impl MessageLog for OutboxLog {
         channel: &str,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String> {
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         messages(self.store.outbox_after(channel, after, limit).await)
     }
 
-    async fn last_seq(&self, channel: &str) -> Result<i64, String> {
+    async fn last_seq(&self, channel: &str) -> Result<i64, LogUnavailable> {
         self.store
             .outbox_last_id(channel)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| LogUnavailable(e.to_string()))
     }
 
     async fn replies(
@@ -159,7 +161,7 @@ impl MessageLog for OutboxLog {
         channel: &str,
         conversation_id: &str,
         message_id: &str,
-    ) -> Result<Vec<OutboundMessage>, String> {
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         messages(
             self.store
                 .outbox_replies(channel, conversation_id, message_id)

@@ -122,7 +122,7 @@ impl Registry {
         self: &Arc<Self>,
         scope: &SpawnScope,
         request: SpawnRequest,
-    ) -> Result<Spawned, String> {
+    ) -> Result<Spawned, SpawnError> {
         let max_depth = self.config.max_depth;
         let per_turn = self.config.max_spawns_per_turn;
         if scope
@@ -130,26 +130,29 @@ impl Registry {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
             >= per_turn
         {
-            return Err(format!(
+            return Err(SpawnError::Refused(format!(
                 "refused: this turn already spawned {per_turn} subagents (subagents.max_spawns_per_turn)"
-            ));
+            )));
         }
         if scope.depth >= max_depth {
-            return Err(format!(
+            return Err(SpawnError::Refused(format!(
                 "refused: this agent is at depth {} and subagents.max_depth is {max_depth}",
                 scope.depth
-            ));
+            )));
         }
         let engine = &self.engine;
         let model = match &request.model {
             Some(name) => {
-                let model = ModelRef::parse(name)
-                    .ok_or_else(|| format!("field `model`: `{name}` is not <provider>/<model>"))?;
+                let model = ModelRef::parse(name).ok_or_else(|| {
+                    SpawnError::Refused(format!(
+                        "field `model`: `{name}` is not <provider>/<model>"
+                    ))
+                })?;
                 if !engine.knows_model(&model) {
-                    return Err(format!(
+                    return Err(SpawnError::Refused(format!(
                         "field `model`: unknown provider `{}`",
                         model.provider
-                    ));
+                    )));
                 }
                 model
             }
@@ -158,9 +161,9 @@ impl Registry {
         let mut tools: Vec<String> = match &request.tools {
             Some(list) => {
                 if let Some(unknown) = list.iter().find(|t| !scope.parent_tools.contains(t)) {
-                    return Err(format!(
+                    return Err(SpawnError::Refused(format!(
                         "field `tools`: `{unknown}` is not a tool this agent has"
-                    ));
+                    )));
                 }
                 list.clone()
             }
@@ -194,18 +197,18 @@ impl Registry {
                 .filter(|r| r.parent_session == scope.parent_session)
                 .count();
             if siblings >= self.config.max_children as usize {
-                return Err(format!(
+                return Err(SpawnError::Refused(format!(
                     "refused: this session already has {siblings} live subagents (subagents.max_children = {}); \
                      wait for one to finish or kill one",
                     self.config.max_children
-                ));
+                )));
             }
             runs.insert(id.clone(), live.clone());
         }
         let reserved = reserve(self, &id);
         let event = json!({"event": "before_spawn", "parent_session": scope.parent_session, "depth": depth,
             "label": label, "task": request.task, "model": model.to_string(), "tools": tools});
-        self.hook.allow(&event).await?;
+        self.hook.allow(&event).await.map_err(SpawnError::Refused)?;
 
         let now = crate::clock::now_ms();
         let row = RunRow {
@@ -230,7 +233,7 @@ impl Registry {
             started_at: None,
             ended_at: None,
         };
-        let stored = |e: StoreError| format!("could not record the run: {e}");
+        let stored = |e: StoreError| SpawnError::Store(e.to_string());
         self.store.run_insert(&row).await.map_err(stored)?;
         let status_message = self
             .post_status(scope, None, texts::status(&label, RunState::Queued.word()))
@@ -405,9 +408,7 @@ impl Spawner for Arc<Registry> {
         scope: &SpawnScope,
         request: SpawnRequest,
     ) -> Result<Spawned, SpawnError> {
-        self.start(scope, request)
-            .await
-            .map_err(SpawnError::Refused)
+        self.start(scope, request).await
     }
 
     fn kill(&self, parent_session: &str, target: &str) -> usize {

@@ -41,6 +41,23 @@ pub struct Built {
     pub receiver: Box<dyn Receiver>,
 }
 
+/// A channel that cannot be built from its settings; names the config key to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct BuildError {
+    pub key: String,
+    pub message: String,
+}
+
+impl BuildError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        BuildError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// What the service gives a receiver when it starts.
 pub struct ReceiverContext {
     /// Where inbound messages go; `Ok` means durable, and only then is the platform told.
@@ -67,9 +84,14 @@ pub trait Receiver: Send {
     fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving;
 }
 
+/// A read of bot messages that failed; the adapter logs it and answers "unavailable" (the
+/// cause is never shown to a client).
+#[derive(Debug, thiserror::Error)]
+#[error("bot messages unavailable: {0}")]
+pub struct LogUnavailable(pub String);
+
 /// Reads bot messages (backed by the outbox) and observes turns, for channels that let a
-/// client read them (the webhook's list, `?wait=` and event stream). Errors are strings: the
-/// adapter only logs them and answers "unavailable".
+/// client read them (the webhook's list, `?wait=` and event stream).
 #[async_trait]
 pub trait MessageLog: Send + Sync {
     /// Messages of one conversation with seq > `after`.
@@ -79,23 +101,23 @@ pub trait MessageLog: Send + Sync {
         conversation_id: &str,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String>;
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable>;
     /// Messages of the whole channel with seq > `after`.
     async fn after(
         &self,
         channel: &str,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<OutboundMessage>, String>;
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable>;
     /// The channel's newest seq (0 when none).
-    async fn last_seq(&self, channel: &str) -> Result<i64, String>;
+    async fn last_seq(&self, channel: &str) -> Result<i64, LogUnavailable>;
     /// Messages answering inbound `message_id` of a conversation.
     async fn replies(
         &self,
         channel: &str,
         conversation_id: &str,
         message_id: &str,
-    ) -> Result<Vec<OutboundMessage>, String>;
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable>;
     /// Wait until the turn of journal entry `journal_id` has ended; false on timeout.
     async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool;
     /// Wakes when new bot messages may exist (a hint: readers re-query after it).

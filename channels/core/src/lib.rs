@@ -14,7 +14,8 @@ mod message;
 mod route;
 
 pub use adapter::{
-    AccessMode, AccessRule, Built, MessageLog, Receiver, ReceiverContext, Receiving, user_ids,
+    AccessMode, AccessRule, BuildError, Built, LogUnavailable, MessageLog, Receiver,
+    ReceiverContext, Receiving, user_ids,
 };
 pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 pub use route::{ChatKind, ChatRoute};

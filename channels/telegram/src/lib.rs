@@ -20,7 +20,7 @@ pub use format::{LIMIT, split, to_html};
 pub use ingress::WEBHOOK_PATH;
 pub use translate::CHANNEL;
 
-use ferroclaw_channel_core::{AccessRule, Built, Receiver, ReceiverContext, Receiving};
+use ferroclaw_channel_core::{AccessRule, BuildError, Built, Receiver, ReceiverContext, Receiving};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -57,11 +57,16 @@ const POLL_MARGIN: Duration = Duration::from_secs(10);
 
 /// teloxide's recommended client settings (connect timeout, `tcp_nodelay`) with our total
 /// timeout.
-fn client(timeout: Duration) -> Result<reqwest::Client, String> {
+fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
     teloxide::net::default_reqwest_settings()
         .timeout(timeout)
         .build()
-        .map_err(|e| format!("cannot build the Telegram HTTP client: {e}"))
+        .map_err(|e| {
+            BuildError::new(
+                "channels.telegram",
+                format!("cannot build the HTTP client: {e}"),
+            )
+        })
 }
 
 /// What the service resolves for the factory: the token and service-wide values.
@@ -75,7 +80,7 @@ pub struct Context {
 
 impl Config {
     /// The adapter from this section (`enabled` is the caller's to check).
-    pub fn build(&self, cx: Context) -> Result<Built, String> {
+    pub fn build(&self, cx: Context) -> Result<Built, BuildError> {
         build(Settings {
             token: cx.token,
             api_url: self.api_url.clone(),
@@ -99,9 +104,9 @@ impl Config {
 
 /// The adapter factory: the bot's delivery channel now, its update source (long polling or
 /// the webhook route) once the service's inbox exists. Nothing is contacted yet.
-pub fn build(settings: Settings) -> Result<Built, String> {
+pub fn build(settings: Settings) -> Result<Built, BuildError> {
     let url = url::Url::parse(&settings.api_url)
-        .map_err(|e| format!("channels.telegram.api_url is not a URL: {e}"))?;
+        .map_err(|e| BuildError::new("channels.telegram.api_url", format!("not a URL: {e}")))?;
     let token = settings.token.expose_secret().to_string();
     let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
     // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.

@@ -19,7 +19,11 @@ pub(crate) fn err(status: StatusCode, message: impl Into<String>) -> ApiError {
 }
 
 /// 503 for a failed read: the cause is logged, the client is told to retry.
-pub(crate) fn unavailable(webhook: &str, what: &str, cause: String) -> ApiError {
+pub(crate) fn unavailable(
+    webhook: &str,
+    what: &str,
+    cause: ferroclaw_channel_core::LogUnavailable,
+) -> ApiError {
     tracing::error!(%webhook, error = %cause, "could not read {what}");
     err(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -5,7 +5,9 @@
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::Request;
-use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundMessage};
+use ferroclaw_channel_core::{
+    Accepted, InboundMessage, Inbox, InboxError, LogUnavailable, OutboundMessage,
+};
 use ferroclaw_channel_webhook::{MessageLog, WebhookEndpoint, router, sign};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -36,16 +38,21 @@ impl MessageLog for EmptyLog {
         _: &str,
         _: i64,
         _: i64,
-    ) -> Result<Vec<OutboundMessage>, String> {
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         Ok(Vec::new())
     }
-    async fn after(&self, _: &str, _: i64, _: i64) -> Result<Vec<OutboundMessage>, String> {
+    async fn after(&self, _: &str, _: i64, _: i64) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         Ok(Vec::new())
     }
-    async fn last_seq(&self, _: &str) -> Result<i64, String> {
+    async fn last_seq(&self, _: &str) -> Result<i64, LogUnavailable> {
         Ok(0)
     }
-    async fn replies(&self, _: &str, _: &str, _: &str) -> Result<Vec<OutboundMessage>, String> {
+    async fn replies(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
         Ok(Vec::new())
     }
     async fn wait_answered(&self, _: i64, _: Duration) -> bool {
