@@ -209,9 +209,8 @@ pub trait RunStore: Send + Sync {
         started_at: Option<i64>,
     ) -> StoreResult<()>;
     async fn run_set_status_message(&self, id: &str, outbox_id: i64) -> StoreResult<()>;
-    /// End a run and announce it, once: returns None (and writes nothing) when the run was
-    /// already announced; else `Some` of the parent's new journal entry, if any.
-    async fn run_finish(&self, finish: &RunFinish) -> StoreResult<Option<Option<JournalEntry>>>;
+    /// End a run and announce it, once (a second call writes nothing).
+    async fn run_finish(&self, finish: &RunFinish) -> StoreResult<RunFinished>;
 }
 
 /// Side effects recorded per turn, replayed when a turn is redone.

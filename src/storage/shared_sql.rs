@@ -725,7 +725,7 @@ macro_rules! impl_store {
             async fn run_finish(
                 &self,
                 finish: &$crate::storage::RunFinish,
-            ) -> $crate::storage::StoreResult<Option<Option<$crate::storage::JournalEntry>>> {
+            ) -> $crate::storage::StoreResult<$crate::storage::RunFinished> {
                 let mut tx = self.write.begin().await?;
                 let ended = sqlx::query(
                     "UPDATE runs SET state = $2, result = $3, ended_at = $4, announced = 1 WHERE id = $1 AND announced = 0",
@@ -737,7 +737,7 @@ macro_rules! impl_store {
                 .execute(&mut *tx)
                 .await?;
                 if ended.rows_affected() != 1 {
-                    return Ok(None);
+                    return Ok($crate::storage::RunFinished::AlreadyAnnounced);
                 }
                 let session_key: String = sqlx::query_scalar("SELECT parent_session FROM runs WHERE id = $1")
                     .bind(&finish.run_id)
@@ -759,7 +759,7 @@ macro_rules! impl_store {
                     });
                 }
                 tx.commit().await?;
-                Ok(Some(journal))
+                Ok($crate::storage::RunFinished::Announced { parent_turn: journal })
             }
         }
 

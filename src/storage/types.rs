@@ -162,6 +162,17 @@ pub struct RunRow {
     pub ended_at: Option<i64>,
 }
 
+/// What `Store::run_finish` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // one per run's end; boxing buys nothing
+pub enum RunFinished {
+    /// The run was announced before (by an earlier attempt or another process): nothing
+    /// was written.
+    AlreadyAnnounced,
+    /// Announced now; the parent's new journal entry, when the parent is told.
+    Announced { parent_turn: Option<JournalEntry> },
+}
+
 /// Everything a run's end writes, in one transaction: the run's outcome, its announcement
 /// (and status edit) in the origin thread, and the internal message for the parent session.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,9 @@
 
 use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
 use crate::engine::{Persona, TurnInput};
-use crate::storage::{NewOutbound, RunFinish, RunRow, RunState, StoreError, TurnCommit};
+use crate::storage::{
+    NewOutbound, RunFinish, RunFinished, RunRow, RunState, StoreError, TurnCommit,
+};
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
 use std::sync::Arc;
@@ -321,9 +323,9 @@ pub(crate) async fn finish(
         parent_message,
         now_ms: crate::clock::now_ms(),
     };
-    if let Some(journal) = registry.store.run_finish(&finish).await? {
+    if let RunFinished::Announced { parent_turn } = registry.store.run_finish(&finish).await? {
         registry.outbox.kick(&route.channel);
-        if let Some(entry) = journal {
+        if let Some(entry) = parent_turn {
             registry.start_parent_turn(entry);
         }
     }

@@ -559,15 +559,16 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         parent_message: Some((parent_message.clone(), origin.session_key())),
         now_ms: 9,
     };
-    let journal = store
-        .run_finish(&finish)
-        .await
-        .unwrap()
-        .expect("first finish announces")
-        .expect("and tells the parent");
+    let ferroclaw::storage::RunFinished::Announced {
+        parent_turn: Some(journal),
+    } = store.run_finish(&finish).await.unwrap()
+    else {
+        panic!("the first finish announces and tells the parent");
+    };
     assert_eq!(journal.message, parent_message);
-    assert!(
-        store.run_finish(&finish).await.unwrap().is_none(),
+    assert_eq!(
+        store.run_finish(&finish).await.unwrap(),
+        ferroclaw::storage::RunFinished::AlreadyAnnounced,
         "a second finish writes nothing"
     );
     let announced: Vec<_> = store
