@@ -5,7 +5,7 @@
 
 use crate::common::hook::{Hook, now};
 use crate::common::inproc::{InProc, config};
-use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
+use crate::common::llm::{Behaviour, LlmStandIn, fresh_results, last_user, tool_results};
 use crate::common::service::{Service, Workdir, config_with_llm};
 use crate::common::wait_for;
 use serde_json::{Value, json};
@@ -440,148 +440,128 @@ impl ferroclaw_channel_core::Channel for Down {
     }
 }
 
+/// A fresh SQLite store with `replies` queued per conversation of channel `down`, and a
+/// delivery worker running over it into a [`Down`] receiver that asks for `retry_after`.
+struct DownReceiver {
+    store: Arc<dyn ferroclaw::storage::Store>,
+    channel: Arc<Down>,
+    cancel: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl DownReceiver {
+    async fn start(conversations: &[(String, Vec<&str>)], retry_after: Duration) -> Self {
+        use ferroclaw::outbox::{DeliveryWorker, OutboxNotifier};
+        use ferroclaw::storage::{NewOutbound, SqliteStore, Store};
+        use ferroclaw_channel_core::{ChatKind, ChatRoute, OutboundKind};
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("o.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(store);
+        for (chat, replies) in conversations {
+            let route = ChatRoute {
+                channel: "down".into(),
+                kind: ChatKind::Conversation,
+                chat_id: chat.clone(),
+                thread_id: None,
+            };
+            let messages: Vec<NewOutbound> = replies
+                .iter()
+                .map(|text| NewOutbound {
+                    route: route.clone(),
+                    kind: OutboundKind::Reply,
+                    text: text.to_string(),
+                    in_reply_to: None,
+                    edit_of: None,
+                })
+                .collect();
+            store
+                .outbox_push(&route.session_key(), &messages, 1)
+                .await
+                .unwrap();
+        }
+        let channel = Arc::new(Down {
+            calls: AtomicUsize::new(0),
+            retry_after,
+        });
+        let notifier = OutboxNotifier::new(["down"]);
+        let worker = Arc::new(DeliveryWorker::new(
+            store.clone(),
+            channel.clone(),
+            &notifier,
+        ));
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(worker.run(cancel.clone()));
+        DownReceiver {
+            store,
+            channel,
+            cancel,
+            task,
+            _dir: dir,
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.channel.calls.load(Ordering::SeqCst)
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_receiver_that_is_down_gets_every_message_tried_once_and_no_busy_loop() {
-    use ferroclaw::outbox::{DeliveryWorker, OutboxNotifier};
-    use ferroclaw::storage::{NewOutbound, SqliteStore, Store};
-    use ferroclaw_channel_core::{ChatKind, ChatRoute, OutboundKind};
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::connect(&format!("sqlite://{}", dir.path().join("o.db").display()))
-        .await
-        .unwrap();
-    store.migrate().await.unwrap();
-    let store: Arc<dyn Store> = Arc::new(store);
-    for i in 0..600 {
-        let route = ChatRoute {
-            channel: "down".into(),
-            kind: ChatKind::Conversation,
-            chat_id: format!("c{i}"),
-            thread_id: None,
-        };
-        let message = NewOutbound {
-            route: route.clone(),
-            kind: OutboundKind::Reply,
-            text: format!("reply {i}"),
-            in_reply_to: None,
-            edit_of: None,
-        };
-        store
-            .outbox_push(&route.session_key(), &[message.clone(), message], 1)
-            .await
-            .unwrap();
-    }
-    let channel = Arc::new(Down {
-        calls: AtomicUsize::new(0),
-        retry_after: Duration::from_secs(60),
-    });
-    let notifier = OutboxNotifier::new(["down"]);
-    let worker = Arc::new(DeliveryWorker::new(
-        store.clone(),
-        channel.clone(),
-        &notifier,
-    ));
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(worker.run(cancel.clone()));
+    let conversations: Vec<(String, Vec<&str>)> = (0..600)
+        .map(|i| (format!("c{i}"), vec!["first", "second"]))
+        .collect();
+    let down = DownReceiver::start(&conversations, Duration::from_secs(60)).await;
     wait_for(
         "every conversation tried",
         Duration::from_secs(20),
-        || async { (channel.calls.load(Ordering::SeqCst) >= 600).then_some(()) },
+        || async { (down.calls() >= 600).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        channel.calls.load(Ordering::SeqCst),
+        down.calls(),
         600,
         "the first message of each of the 600 conversations (past the 512 batch) is tried \
          once; nothing is tried again before its retry time, and the second of each waits"
     );
-    cancel.cancel();
-    task.await.unwrap();
-}
-
-/// Tool results that answer calls of this turn (after the last user message).
-fn fresh_results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let last_user = messages
-        .iter()
-        .rposition(|m| m["role"] == "user")
-        .unwrap_or(0);
-    messages[last_user..]
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect()
+    down.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_that_can_never_be_delivered_is_marked_failed_after_its_attempts() {
-    use ferroclaw::outbox::{DeliveryWorker, OutboxNotifier};
-    use ferroclaw::storage::{NewOutbound, SqliteStore, Store};
-    use ferroclaw_channel_core::{ChatKind, ChatRoute, OutboundKind};
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::connect(&format!("sqlite://{}", dir.path().join("o.db").display()))
-        .await
-        .unwrap();
-    store.migrate().await.unwrap();
-    let store: Arc<dyn Store> = Arc::new(store);
-    let route = ChatRoute {
-        channel: "down".into(),
-        kind: ChatKind::Conversation,
-        chat_id: "c".into(),
-        thread_id: None,
-    };
-    let message = |text: &str| NewOutbound {
-        route: route.clone(),
-        kind: OutboundKind::Reply,
-        text: text.into(),
-        in_reply_to: None,
-        edit_of: None,
-    };
-    store
-        .outbox_push(
-            &route.session_key(),
-            &[message("never"), message("next")],
-            1,
-        )
-        .await
-        .unwrap();
-    let channel = Arc::new(Down {
-        calls: AtomicUsize::new(0),
-        retry_after: Duration::ZERO,
-    });
-    let notifier = OutboxNotifier::new(["down"]);
-    let worker = Arc::new(DeliveryWorker::new(
-        store.clone(),
-        channel.clone(),
-        &notifier,
-    ));
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(worker.run(cancel.clone()));
+    let down = DownReceiver::start(&[("c".into(), vec!["never", "next"])], Duration::ZERO).await;
     let rows = wait_for(
         "both messages given up",
         Duration::from_secs(30),
         || async {
-            let rows = store.outbox_conversation("down", "c", 0, 10).await.unwrap();
+            let rows = down
+                .store
+                .outbox_conversation("down", "c", 0, 10)
+                .await
+                .unwrap();
             rows.iter()
                 .all(|r| r.state == ferroclaw::storage::OutboxState::Rejected)
                 .then_some(rows)
         },
     )
     .await;
-    cancel.cancel();
-    task.await.unwrap();
-    assert_eq!(
-        channel.calls.load(Ordering::SeqCst),
-        100,
-        "50 attempts each, then no more"
-    );
-    assert!(
-        store
-            .outbox_pending("down", 10, i64::MAX)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    let calls = down.calls();
+    let pending = down
+        .store
+        .outbox_pending("down", 10, i64::MAX)
+        .await
+        .unwrap();
+    down.stop().await;
+    assert_eq!(calls, 100, "50 attempts each, then no more");
+    assert!(pending.is_empty());
     assert_eq!(rows.len(), 2);
 }
 

@@ -179,12 +179,26 @@ impl LlmStandIn {
     }
 }
 
-/// The contents of the tool results in a request.
+/// The contents of the tool results in a request (the whole history).
 pub fn tool_results(body: &Value) -> Vec<String> {
+    tool_results_from(body, 0)
+}
+
+/// Tool results that answer calls of this turn (after the last user message).
+pub fn fresh_results(body: &Value) -> Vec<String> {
+    let last_user = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rposition(|m| m["role"] == "user"))
+        .unwrap_or(0);
+    tool_results_from(body, last_user)
+}
+
+fn tool_results_from(body: &Value, start: usize) -> Vec<String> {
     body["messages"]
         .as_array()
         .map(|m| {
             m.iter()
+                .skip(start)
                 .filter(|m| m["role"] == "tool")
                 .map(|m| m["content"].as_str().unwrap_or_default().to_string())
                 .collect()
