@@ -37,7 +37,8 @@ pub struct PassOutcome {
     pub delivered: usize,
     /// Messages left pending (waiting for a retry).
     pub deferred: usize,
-    /// Earliest time (unix ms) a deferred message may be tried again.
+    /// Earliest time (unix ms) a waiting message of the channel may be tried again (looked
+    /// up after the pass while retries exist).
     pub next_attempt_at: Option<i64>,
     /// The batch was full: there may be more right now.
     pub more: bool,
@@ -118,10 +119,9 @@ impl DeliveryWorker {
                 .or_default()
                 .push(entry);
         }
-        let now = now_ms();
         let results: Vec<(PassOutcome, Vec<Delivery>)> =
             futures::stream::iter(conversations.into_values())
-                .map(|entries| self.deliver_conversation(entries, now))
+                .map(|entries| self.deliver_conversation(entries))
                 .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
                 .collect()
                 .await;
@@ -172,10 +172,11 @@ impl DeliveryWorker {
 
     /// Deliver one conversation's messages in order; returns what happened and what was
     /// delivered (outbox id, platform id).
+    /// Every row given is due: `outbox_pending` leaves out conversations whose first row
+    /// waits for its retry.
     async fn deliver_conversation(
         &self,
         entries: Vec<OutboxEntry>,
-        now: i64,
     ) -> (PassOutcome, Vec<Delivery>) {
         let mut outcome = PassOutcome::default();
         let mut done = Vec::new();
@@ -189,15 +190,6 @@ impl DeliveryWorker {
                 entry.message.edit_platform_id = delivered_ids.get(&original).cloned();
             }
             let id = entry.message.id;
-            let deferred_from_here = |outcome: &mut PassOutcome, at: i64| {
-                outcome.deferred = total - i;
-                outcome.next_attempt_at = Some(at);
-            };
-            // Order within a conversation: a message waiting for its retry holds back the rest.
-            if entry.next_attempt_at > now {
-                deferred_from_here(&mut outcome, entry.next_attempt_at);
-                return (outcome, done);
-            }
             match self.channel.deliver(&entry.message).await {
                 Ok(delivered) => {
                     if let Some(pid) = &delivered.platform_message_id {
@@ -214,9 +206,6 @@ impl DeliveryWorker {
                     reason,
                     retry_after,
                 }) => {
-                    let backoff = retry_after
-                        .unwrap_or_else(|| backoff(entry.attempts))
-                        .min(MAX_BACKOFF);
                     if entry.attempts + 1 >= MAX_ATTEMPTS {
                         tracing::error!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery given up; message marked failed");
                         let _ = self
@@ -228,10 +217,14 @@ impl DeliveryWorker {
                             .await;
                         continue;
                     }
+                    let backoff = retry_after
+                        .unwrap_or_else(|| backoff(entry.attempts))
+                        .min(MAX_BACKOFF);
                     let at = now_ms() + backoff.as_millis() as i64;
                     tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
                     let _ = self.store.outbox_retry_later(id, at, &reason).await;
-                    deferred_from_here(&mut outcome, at);
+                    // Order within a conversation: the rest waits behind this one.
+                    outcome.deferred = total - i;
                     return (outcome, done);
                 }
             }
