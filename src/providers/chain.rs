@@ -131,7 +131,7 @@ impl FallbackChain {
             };
             let mut attempt = 0;
             loop {
-                let _slot = match &self.in_flight {
+                let slot = match &self.in_flight {
                     Some(slots) => Some(slots.acquire().await.expect("never closed")),
                     None => None,
                 };
@@ -141,7 +141,7 @@ impl FallbackChain {
                 )
                 .await
                 .unwrap_or(Err(ProviderError::Timeout));
-                drop(_slot);
+                drop(slot);
                 let error = match result {
                     Ok(response) => return Ok((response, model.clone())),
                     Err(error) => error,

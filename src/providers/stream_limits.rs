@@ -13,7 +13,7 @@ pub(super) const MAX_ID_CHARS: usize = 256;
 pub(super) fn tool_index(value: &serde_json::Value) -> Result<usize, super::ProviderError> {
     match value.as_u64() {
         None if value.is_null() => Ok(0),
-        Some(i) if (i as usize) < MAX_TOOL_CALLS && i < MAX_TOOL_CALLS as u64 => Ok(i as usize),
+        Some(i) if i < MAX_TOOL_CALLS as u64 => Ok(i as usize),
         _ => Err(super::ProviderError::Protocol(format!(
             "tool call index {value} is out of range (at most {MAX_TOOL_CALLS} calls)"
         ))),
