@@ -167,23 +167,22 @@ impl Inner {
                     }
                     return;
                 }
-                Ok(redone) => entry.attempts = redone,
+                Ok(_) => {}
                 Err(err) => {
                     tracing::warn!(journal_id = entry.id, error = %err, "could not count the turn attempt")
                 }
             }
         }
-        let entry = &mut entry;
         for attempt in 1..=3u32 {
             if attempt > 1 {
                 entry.redo = true; // an in-process retry is a redo too
             }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.
-            let turn = std::panic::AssertUnwindSafe(self.handler.handle(&*entry, stop));
+            let turn = std::panic::AssertUnwindSafe(self.handler.handle(&entry, stop));
             let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
                 tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
-                if let Err(err) = self.handler.answer_failed(&*entry).await {
+                if let Err(err) = self.handler.answer_failed(&entry).await {
                     tracing::error!(journal_id = entry.id, error = %err, "could not record the failed turn");
                 }
                 return;

@@ -24,7 +24,6 @@ macro_rules! impl_store {
                     id: row.try_get("id")?,
                     session_key: row.try_get("session_key")?,
                     message,
-                    attempts: row.try_get("attempts")?,
                     redo: false,
                 })
             }
@@ -204,7 +203,6 @@ macro_rules! impl_store {
                         id,
                         session_key: session_key.to_string(),
                         message: message.clone(),
-                        attempts: 0,
                         redo: false,
                     }));
                 }
@@ -231,7 +229,7 @@ macro_rules! impl_store {
 
             async fn journal_pending(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::JournalEntry>> {
                 let rows = sqlx::query(
-                    "SELECT id, session_key, payload, attempts FROM inbound WHERE state = 'pending' ORDER BY id",
+                    "SELECT id, session_key, payload FROM inbound WHERE state = 'pending' ORDER BY id",
                 )
                 .fetch_all(&self.read)
                 .await?;
@@ -754,7 +752,6 @@ macro_rules! impl_store {
                         id,
                         session_key: parent_key.clone(),
                         message: message.clone(),
-                        attempts: 0,
                         redo: false,
                     });
                 }

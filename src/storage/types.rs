@@ -15,8 +15,6 @@ pub struct JournalEntry {
     pub id: i64,
     pub session_key: String,
     pub message: InboundMessage,
-    /// Times its turn was redone after a restart found it unanswered (stored).
-    pub attempts: i64,
     /// Its turn may have run before (found unanswered on start, or retried in-process): the
     /// attempt is counted and recorded side effects are replayed, not repeated. A first
     /// attempt costs no extra write.
