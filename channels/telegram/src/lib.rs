@@ -28,7 +28,7 @@ use teloxide::Bot;
 
 /// How updates arrive.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Polling,
     /// Telegram POSTs updates to `<public_url>/v1/telegram/webhook`.
     Webhook {
@@ -36,7 +36,8 @@ pub enum Mode {
     },
 }
 
-pub struct Settings {
+/// The section resolved for use: durations, the token, the public URL and the commands.
+pub(crate) struct Settings {
     pub token: SecretString,
     pub api_url: String,
     pub mode: Mode,
@@ -104,7 +105,7 @@ impl Config {
 
 /// The adapter factory: the bot's delivery channel now, its update source (long polling or
 /// the webhook route) once the service's inbox exists. Nothing is contacted yet.
-pub fn build(settings: Settings) -> Result<Built, BuildError> {
+fn build(settings: Settings) -> Result<Built, BuildError> {
     let url = url::Url::parse(&settings.api_url)
         .map_err(|e| BuildError::new("channels.telegram.api_url", format!("not a URL: {e}")))?;
     let token = settings.token.expose_secret().to_string();
