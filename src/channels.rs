@@ -4,7 +4,7 @@
 //!
 //! The terminal channel is not here: `ferroclaw chat` builds it itself.
 
-use crate::config::LoadedConfig;
+use crate::config::{ChannelsConfig, LoadedConfig};
 use ferroclaw_channel_core::Built;
 
 /// Build every enabled channel (nothing is contacted yet).
@@ -28,7 +28,7 @@ fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> Option<Built> {
             name: name.clone(),
             secret: loaded
                 .secrets
-                .channel(&format!("channels.webhook.{name}.secret_env"))
+                .channel(&ChannelsConfig::webhook_secret(name))
                 .expect("checked at config load"),
             callback_url: hook.callback_url.clone(),
         })
@@ -49,9 +49,12 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
     }
     let token = loaded
         .secrets
-        .channel("channels.telegram.token_env")
+        .channel(ChannelsConfig::TELEGRAM_TOKEN)
         .ok_or_else(|| {
-            anyhow::anyhow!("channels.telegram.token_env: the token variable is not set")
+            anyhow::anyhow!(
+                "{}: the token variable is not set",
+                ChannelsConfig::TELEGRAM_TOKEN
+            )
         })?;
     let cx = ferroclaw_channel_telegram::Context {
         token,

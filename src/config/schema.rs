@@ -278,6 +278,16 @@ pub struct SecretRef {
 }
 
 impl ChannelsConfig {
+    /// The config key naming the Telegram token's variable (where its secret is kept).
+    pub const TELEGRAM_TOKEN: &'static str = "channels.telegram.token_env";
+    /// The config key naming the Discord token's variable.
+    pub const DISCORD_TOKEN: &'static str = "channels.discord.token_env";
+
+    /// The config key naming webhook `name`'s secret variable.
+    pub fn webhook_secret(name: &str) -> String {
+        format!("channels.webhook.{name}.secret_env")
+    }
+
     /// Every secret the enabled channels need (the one place a channel lists its secrets).
     pub fn secret_refs(&self) -> Vec<SecretRef> {
         let mut refs = Vec::new();
@@ -288,19 +298,13 @@ impl ChannelsConfig {
             })
         };
         if self.telegram.enabled {
-            need(
-                "channels.telegram.token_env".into(),
-                &self.telegram.token_env,
-            );
+            need(Self::TELEGRAM_TOKEN.into(), &self.telegram.token_env);
         }
         if self.discord.enabled {
-            need("channels.discord.token_env".into(), &self.discord.token_env);
+            need(Self::DISCORD_TOKEN.into(), &self.discord.token_env);
         }
         for (name, hook) in &self.webhook {
-            need(
-                format!("channels.webhook.{name}.secret_env"),
-                &hook.secret_env,
-            );
+            need(Self::webhook_secret(name), &hook.secret_env);
         }
         refs
     }
