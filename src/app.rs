@@ -104,8 +104,8 @@ impl App {
             tools,
         ));
         // Built in one pass: the registry runs children on the engine and hands the turns
-        // their outcomes start to the lanes through a channel; the lanes give every turn the
-        // registry as its spawner.
+        // their outcomes start to the lanes through a channel; the lanes' turn handler gives
+        // every turn the registry as its spawner.
         let (parent_turns, mut parent_turns_rx) = tokio::sync::mpsc::unbounded_channel();
         let subagents = Registry::new(
             store.clone(),
@@ -120,7 +120,7 @@ impl App {
             store.clone(),
             notifier.clone(),
             turns.clone(),
-            Some(spawner.clone()),
+            Some(spawner),
             config.subagents.max_chained_turns,
         ));
         let lanes = Lanes::new(handler.clone(), CancellationToken::new());
@@ -129,7 +129,6 @@ impl App {
             lanes.clone(),
             handler,
             access_from(access),
-            Some(spawner),
         ));
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();

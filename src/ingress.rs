@@ -6,7 +6,6 @@
 use crate::access::{Access, Verdict, pairing_text};
 use crate::engine::Command;
 use crate::lanes::Lanes;
-use crate::spawn::Spawner;
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
 use crate::turns::TurnHandler;
 use async_trait::async_trait;
@@ -18,7 +17,6 @@ pub struct Ingress {
     lanes: Lanes,
     handler: Arc<TurnHandler>,
     access: Access,
-    subagents: Option<Arc<dyn Spawner>>,
 }
 
 impl Ingress {
@@ -27,14 +25,12 @@ impl Ingress {
         lanes: Lanes,
         handler: Arc<TurnHandler>,
         access: Access,
-        subagents: Option<Arc<dyn Spawner>>,
     ) -> Self {
         Ingress {
             store,
             lanes,
             handler,
             access,
-            subagents,
         }
     }
 
@@ -76,10 +72,7 @@ impl Ingress {
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             self.handler.stop_chain(&entry.session_key);
             let stopped = self.lanes.stop(&entry.session_key);
-            let killed = self
-                .subagents
-                .as_ref()
-                .map_or(0, |s| s.kill(&entry.session_key, "all"));
+            let killed = self.handler.kill_subagents(&entry.session_key);
             let text = match (stopped, killed) {
                 (false, 0) => "Nothing is running.".to_string(),
                 (true, 0) => "⏹ Stopped the running turn.".to_string(),

@@ -136,6 +136,13 @@ impl TurnHandler {
         self.chains.stop(session_key);
     }
 
+    /// Kill every live subagent of the session (`/stop`); returns how many.
+    pub fn kill_subagents(&self, session_key: &str) -> usize {
+        self.spawner
+            .as_ref()
+            .map_or(0, |s| s.kill(session_key, "all"))
+    }
+
     /// Commit a finished turn, waiting out a database that cannot write (a full disk, a
     /// restarting server) instead of throwing the turn's work away: the lane holds its
     /// place, so order is kept, and the commit lands as soon as writes work again. Only
