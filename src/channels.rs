@@ -12,6 +12,7 @@ pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::R
     let mut built = Vec::new();
     built.extend(webhook(loaded, http));
     built.extend(telegram(loaded)?);
+    built.extend(discord(loaded)?);
     Ok(built)
 }
 
@@ -47,22 +48,30 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
     if !cfg.enabled {
         return Ok(None);
     }
-    let token = loaded
-        .secrets
-        .channel(ChannelsConfig::TELEGRAM_TOKEN)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: the token variable is not set",
-                ChannelsConfig::TELEGRAM_TOKEN
-            )
-        })?;
     let cx = ferroclaw_channel_telegram::Context {
-        token,
+        token: token(loaded, ChannelsConfig::TELEGRAM_TOKEN)?,
         public_url: loaded.config.server.public_url.clone(),
-        commands: crate::engine::COMMANDS
-            .iter()
-            .map(|(c, d)| (c.to_string(), d.to_string()))
-            .collect(),
+        commands: crate::engine::COMMANDS.to_vec(),
     };
     Ok(Some(cfg.build(cx)?))
+}
+
+fn discord(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
+    let cfg = &loaded.config.channels.discord;
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let cx = ferroclaw_channel_discord::Context {
+        token: token(loaded, ChannelsConfig::DISCORD_TOKEN)?,
+        commands: crate::engine::COMMANDS.to_vec(),
+    };
+    Ok(Some(cfg.build(cx)?))
+}
+
+/// A channel's secret, resolved at config load (checked there; named here if missing).
+fn token(loaded: &LoadedConfig, key: &str) -> anyhow::Result<secrecy::SecretString> {
+    loaded
+        .secrets
+        .channel(key)
+        .ok_or_else(|| anyhow::anyhow!("{key}: the token variable is not set"))
 }

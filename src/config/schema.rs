@@ -314,31 +314,5 @@ pub use ferroclaw_channel_core::AccessMode;
 
 pub use ferroclaw_channel_telegram::{Config as TelegramConfig, ModeConfig as TelegramMode};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DiscordConfig {
-    pub enabled: bool,
-    pub token_env: String,
-    pub api_url: String,
-    pub access: AccessMode,
-    #[serde(deserialize_with = "ferroclaw_channel_core::user_ids")]
-    pub allowed_users: Vec<String>,
-    pub require_mention_in_guilds: bool,
-    pub stream_edit_interval_ms: u64,
-}
-
-impl Default for DiscordConfig {
-    fn default() -> Self {
-        DiscordConfig {
-            enabled: false,
-            token_env: "DISCORD_BOT_TOKEN".into(),
-            api_url: "https://discord.com".into(),
-            access: AccessMode::Pairing,
-            allowed_users: Vec::new(),
-            require_mention_in_guilds: true,
-            stream_edit_interval_ms: 1000,
-        }
-    }
-}
-
+pub use ferroclaw_channel_discord::Config as DiscordConfig;
 pub use ferroclaw_channel_webhook::EndpointConfig as WebhookConfig;

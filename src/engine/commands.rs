@@ -4,7 +4,7 @@ use super::{Engine, TurnError, TurnOutput};
 use crate::providers::ModelRef;
 use crate::spawn::Spawner;
 use crate::storage::SessionRow;
-use ferroclaw_channel_core::OutboundKind;
+use ferroclaw_channel_core::{ChatCommand, OutboundKind};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -17,17 +17,33 @@ pub const HELP_TEXT: &str = "Commands:\n\
 /subagents — list subagents; /subagents kill <id|all>; /subagents steer <id> <message>\n\
 /help — this list";
 
-/// Commands as platforms register them (name, description).
-pub const COMMANDS: &[(&str, &str)] = &[
-    ("plan", "Plan first, then execute a task"),
-    ("new", "Start a fresh session"),
-    ("reset", "Start a fresh session"),
-    ("stop", "Stop the running turn and its subagents"),
-    ("status", "Model, usage, plan and subagents"),
-    ("model", "Show or set this chat's model"),
-    ("subagents", "List, kill or steer subagents"),
-    ("help", "List the commands"),
+/// Commands as platforms register them.
+pub const COMMANDS: &[ChatCommand] = &[
+    command("plan", "Plan first, then execute a task", Some("task")),
+    command("new", "Start a fresh session", None),
+    command("reset", "Start a fresh session", None),
+    command("stop", "Stop the running turn and its subagents", None),
+    command("status", "Model, usage, plan and subagents", None),
+    command("model", "Show or set this chat's model", Some("model")),
+    command(
+        "subagents",
+        "List, kill or steer subagents",
+        Some("kill <id|all> | steer <id> <message>"),
+    ),
+    command("help", "List the commands", None),
 ];
+
+const fn command(
+    name: &'static str,
+    description: &'static str,
+    argument: Option<&'static str>,
+) -> ChatCommand {
+    ChatCommand {
+        name,
+        description,
+        argument,
+    }
+}
 
 /// A parsed chat command. Closed set: every command the product defines.
 #[derive(Debug, Clone, PartialEq, Eq)]

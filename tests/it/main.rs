@@ -6,6 +6,7 @@ mod common;
 
 mod chat_cli;
 mod config_check;
+mod discord;
 mod engine_loop;
 mod hardening;
 mod message_path;

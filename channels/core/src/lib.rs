@@ -10,15 +10,21 @@
 
 mod adapter;
 pub mod clock;
+mod command;
+mod live_reply;
 mod message;
 mod route;
+mod split;
 
 pub use adapter::{
     AccessMode, AccessRule, BuildError, Built, LogUnavailable, MessageLog, Receiver,
     ReceiverContext, Receiving, user_ids,
 };
+pub use command::ChatCommand;
+pub use live_reply::{LiveReply, LiveUpdate};
 pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 pub use route::{ChatKind, ChatRoute};
+pub use split::split;
 
 use async_trait::async_trait;
 use std::time::Duration;

@@ -5,12 +5,13 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatRoute, Delivered, DeliveryError, OutboundKind, OutboundMessage,
+    Channel, ChatRoute, Delivered, DeliveryError, LiveReply, LiveUpdate, OutboundKind,
+    OutboundMessage,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use teloxide::RequestError;
 use teloxide::prelude::*;
 use teloxide::types::{ChatAction, MessageId, ParseMode, ThreadId};
@@ -30,17 +31,7 @@ pub struct TelegramChannel {
 
 /// (chat id, inbound message id the reply answers).
 type StreamKey = (String, String);
-type SharedStream = Arc<tokio::sync::Mutex<Stream>>;
-
-/// One reply being streamed into one Telegram message.
-#[derive(Default)]
-struct Stream {
-    message: Option<MessageId>,
-    text: String,
-    shown: String,
-    last_edit: Option<Instant>,
-    blocked_until: Option<Instant>,
-}
+type SharedStream = Arc<tokio::sync::Mutex<LiveReply>>;
 
 fn chat(route: &ChatRoute) -> Result<ChatId, DeliveryError> {
     route.chat_id.parse::<i64>().map(ChatId).map_err(|_| {
@@ -169,11 +160,7 @@ impl TelegramChannel {
         Ok(sent)
     }
 
-    fn take_stream(
-        &self,
-        route: &ChatRoute,
-        in_reply_to: &str,
-    ) -> Option<Arc<tokio::sync::Mutex<Stream>>> {
+    fn take_stream(&self, route: &ChatRoute, in_reply_to: &str) -> Option<SharedStream> {
         self.streams
             .lock()
             .expect("streams lock")
@@ -222,19 +209,20 @@ impl Channel for TelegramChannel {
             && let Some(reply_to) = &message.in_reply_to
             && let Some(stream) = self.take_stream(&message.route, reply_to)
         {
-            let stream = stream.lock().await;
-            if let Some(id) = stream.message {
-                if stream.shown != pieces[0] {
-                    // The final edit keeps the pace too: one edit per interval, after any retry_after.
-                    let paced = stream.last_edit.map(|last| last + self.edit_interval);
-                    if let Some(until) = paced.max(stream.blocked_until) {
-                        tokio::time::sleep_until(until.into()).await;
-                    }
-                    self.edit_piece(chat_id, id, &pieces[0])
+            let settled = stream
+                .lock()
+                .await
+                .settle(&pieces[0], self.edit_interval)
+                .await;
+            if let Some((shown, edit)) = settled
+                && let Ok(shown) = shown.parse::<i32>().map(MessageId)
+            {
+                if edit {
+                    self.edit_piece(chat_id, shown, &pieces[0])
                         .await
                         .map_err(|e| self.failure(e))?;
                 }
-                sent.push(id);
+                sent.push(shown);
             }
         }
         let sent = self.send_pieces(message, &pieces, sent).await?;
@@ -252,52 +240,40 @@ impl Channel for TelegramChannel {
             .entry((route.chat_id.clone(), in_reply_to.to_string()))
             .or_default()
             .clone();
-        let mut s = stream.lock().await;
-        s.text.push_str(delta);
-        let now = Instant::now();
-        if s.blocked_until.is_some_and(|until| now < until) {
+        let mut live = stream.lock().await;
+        let Some(update) = live.push(delta, format::LIMIT, self.edit_interval) else {
             return;
-        }
-        // The preview stays within one message; the final reply is split properly.
-        let preview: String = s.text.chars().take(format::LIMIT).collect();
-        if preview.trim().is_empty() || preview == s.shown {
-            return;
-        }
-        let result = match s.message {
-            None => {
-                let mut send = self.bot.send_message(chat_id, preview.clone());
+        };
+        let result = match &update {
+            LiveUpdate::Send(text) => {
+                let mut send = self.bot.send_message(chat_id, text.clone());
                 if let Some(t) = thread(route) {
                     send = send.message_thread_id(t);
                 }
-                send.await.map(|m| s.message = Some(m.id))
+                send.await.map(|m| (text.clone(), Some(m.id.0.to_string())))
             }
-            Some(id) => {
-                if s.last_edit
-                    .is_some_and(|last| now.duration_since(last) < self.edit_interval)
-                {
-                    return;
-                }
+            LiveUpdate::Edit { id, text } => {
+                let Ok(id) = id.parse::<i32>() else { return };
                 match self
                     .bot
-                    .edit_message_text(chat_id, id, preview.clone())
+                    .edit_message_text(chat_id, MessageId(id), text.clone())
                     .await
                 {
-                    Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+                    Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => {
+                        Ok((text.clone(), None))
+                    }
                     Err(e) => Err(e),
                 }
             }
         };
         match result {
-            Ok(()) => {
-                s.shown = preview;
-                s.last_edit = Some(Instant::now());
-            }
+            Ok((text, id)) => live.shown(text, id),
             Err(RequestError::RetryAfter(seconds)) => {
                 tracing::info!(
                     seconds = seconds.seconds(),
                     "Telegram asked to slow down edits"
                 );
-                s.blocked_until = Some(Instant::now() + seconds.duration());
+                live.slow_down(seconds.duration());
             }
             Err(e) => {
                 tracing::warn!(error = %self.redact(e.to_string()), "streaming update failed")

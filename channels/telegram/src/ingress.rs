@@ -134,7 +134,7 @@ async fn connect(shared: &Shared, cancel: &CancellationToken) -> Option<Me> {
         .settings
         .commands
         .iter()
-        .map(|(c, d)| BotCommand::new(c.clone(), d.clone()))
+        .map(|c| BotCommand::new(c.name, c.description))
         .collect();
     if let Err(e) = shared.bot.set_my_commands(commands).await {
         tracing::warn!(error = %shared.channel.redact(e.to_string()), "setMyCommands failed");

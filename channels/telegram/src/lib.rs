@@ -16,11 +16,13 @@ mod translate;
 
 pub use channel::TelegramChannel;
 pub use config::{Config, ModeConfig};
-pub use format::{LIMIT, split, to_html};
+pub use format::{LIMIT, to_html};
 pub use ingress::WEBHOOK_PATH;
 pub use translate::CHANNEL;
 
-use ferroclaw_channel_core::{AccessRule, BuildError, Built, Receiver, ReceiverContext, Receiving};
+use ferroclaw_channel_core::{
+    AccessRule, BuildError, Built, ChatCommand, Receiver, ReceiverContext, Receiving,
+};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -45,8 +47,8 @@ pub(crate) struct Settings {
     pub stream_edit_interval: Duration,
     /// Long-poll timeout for getUpdates.
     pub poll_timeout: Duration,
-    /// Chat commands to register with setMyCommands: (command, description).
-    pub commands: Vec<(String, String)>,
+    /// Chat commands to register with setMyCommands.
+    pub commands: Vec<ChatCommand>,
     /// Who may talk to the bot.
     pub access: AccessRule,
 }
@@ -75,8 +77,8 @@ pub struct Context {
     pub token: SecretString,
     /// `server.public_url` (webhook mode).
     pub public_url: String,
-    /// Chat commands to register with setMyCommands: (command, description).
-    pub commands: Vec<(String, String)>,
+    /// Chat commands to register with setMyCommands.
+    pub commands: Vec<ChatCommand>,
 }
 
 impl Config {

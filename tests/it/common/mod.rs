@@ -2,6 +2,7 @@
 //! helper that starts the real `ferroclaw` binary on port 0 with a fresh database.
 #![allow(dead_code)]
 
+pub mod discord;
 pub mod hook;
 pub mod inproc;
 pub mod llm;

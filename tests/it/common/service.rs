@@ -61,6 +61,18 @@ impl Service {
     /// Start `ferroclaw serve -c config.toml` in `work` with extra environment variables and
     /// wait until `/readyz` answers 200.
     pub async fn start(work: &Workdir, env: &[(&str, &str)]) -> Service {
+        let service = Service::spawn(work, env).await;
+        let client = reqwest::Client::new();
+        let url = format!("{}/readyz", service.base);
+        super::wait_for("/readyz to answer 200", Duration::from_secs(20), || {
+            super::answers_200(&client, &url)
+        })
+        .await;
+        service
+    }
+
+    /// Start `serve` and return once it listens, ready or not.
+    pub async fn spawn(work: &Workdir, env: &[(&str, &str)]) -> Service {
         let mut command = Command::new(BIN);
         command
             .arg("serve")
@@ -112,18 +124,17 @@ impl Service {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let service = Service {
+        Service {
             child,
             base: format!("http://{addr}"),
             logs,
-        };
-        let client = reqwest::Client::new();
-        let url = format!("{}/readyz", service.base);
-        super::wait_for("/readyz to answer 200", Duration::from_secs(20), || {
-            super::answers_200(&client, &url)
-        })
-        .await;
-        service
+        }
+    }
+
+    /// `/readyz`: status and body.
+    pub async fn readyz(&self) -> (u16, String) {
+        let response = reqwest::get(format!("{}/readyz", self.base)).await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
     }
 
     pub fn logs(&self) -> String {

@@ -1,0 +1,347 @@
+//! Delivery to Discord: replies split at 2000 characters (Discord Markdown passed through),
+//! edits, streamed replies (one message edited at most every `stream_edit_interval`), typing,
+//! slash-command answers as follow-ups of the deferred interaction, all into the thread the
+//! request came from.
+
+use crate::errors::{failure, redact};
+use crate::translate::CHANNEL;
+use async_trait::async_trait;
+use ferroclaw_channel_core::{
+    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, LiveReply, LiveUpdate, OutboundKind,
+    OutboundMessage, split,
+};
+use serenity::builder::{Builder, CreateInteractionResponseFollowup, CreateMessage, EditMessage};
+use serenity::http::Http;
+use serenity::model::channel::MessageReference;
+use serenity::model::id::{ChannelId, MessageId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Discord's limit for one message, in characters.
+pub const LIMIT: usize = 2000;
+/// How long Discord accepts follow-ups of an interaction.
+const INTERACTION_LIFETIME: Duration = Duration::from_secs(15 * 60);
+
+pub struct DiscordChannel {
+    http: Arc<Http>,
+    /// Redacts the token from error texts.
+    token: String,
+    edit_interval: Duration,
+    streams: Mutex<HashMap<StreamKey, Arc<tokio::sync::Mutex<LiveReply>>>>,
+    /// Pieces already sent of a multi-piece outbox message (outbox id → message ids), so a
+    /// retry after a partial failure does not send the first pieces again.
+    partial: Mutex<HashMap<i64, Vec<MessageId>>>,
+    /// DM channel of each user we talk to (a DM session is keyed by the user).
+    dms: Mutex<HashMap<u64, ChannelId>>,
+    /// Deferred slash commands awaiting their answer: interaction id → token. Kept in memory
+    /// only (a token is a credential); after a restart the answer is posted as a message.
+    interactions: Mutex<HashMap<String, (String, Instant)>>,
+    ready: AtomicBool,
+}
+
+/// (Discord channel id, inbound message id the reply answers).
+type StreamKey = (u64, String);
+
+fn id(text: &str, what: &str) -> Result<u64, DeliveryError> {
+    text.parse::<u64>()
+        .map_err(|_| DeliveryError::Rejected(format!("`{text}` is not a Discord {what} id")))
+}
+
+impl DiscordChannel {
+    pub(crate) fn new(http: Arc<Http>, token: String, edit_interval: Duration) -> Self {
+        DiscordChannel {
+            http,
+            token,
+            edit_interval,
+            streams: Mutex::new(HashMap::new()),
+            partial: Mutex::new(HashMap::new()),
+            dms: Mutex::new(HashMap::new()),
+            interactions: Mutex::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub(crate) fn redact(&self, text: String) -> String {
+        redact(text, &self.token)
+    }
+
+    /// Remember a user's DM channel (seen on an inbound DM), saving a lookup on reply.
+    pub(crate) fn learn_dm(&self, user: u64, channel: ChannelId) {
+        self.dms.lock().expect("dms lock").insert(user, channel);
+    }
+
+    /// A deferred slash command whose answer is still to come.
+    pub(crate) fn await_answer(&self, interaction: String, token: String) {
+        let mut map = self.interactions.lock().expect("interactions lock");
+        map.retain(|_, (_, at)| at.elapsed() < INTERACTION_LIFETIME);
+        map.insert(interaction, (token, Instant::now()));
+    }
+
+    fn interaction_token(&self, message: &OutboundMessage) -> Option<String> {
+        if message.kind != OutboundKind::Reply {
+            return None;
+        }
+        let reply_to = message.in_reply_to.as_ref()?;
+        let map = self.interactions.lock().expect("interactions lock");
+        map.get(reply_to)
+            .filter(|(_, at)| at.elapsed() < INTERACTION_LIFETIME)
+            .map(|(token, _)| token.clone())
+    }
+
+    /// The Discord channel a route's messages go to: the thread, the guild channel, or the
+    /// user's DM channel (opened once when not seen yet).
+    async fn target(&self, route: &ChatRoute) -> Result<ChannelId, DeliveryError> {
+        match route.kind {
+            ChatKind::Group => {
+                let channel = route.thread_id.as_deref().unwrap_or(&route.chat_id);
+                Ok(ChannelId::new(id(channel, "channel")?))
+            }
+            ChatKind::Direct => {
+                let user = id(&route.chat_id, "user")?;
+                if let Some(channel) = self.dms.lock().expect("dms lock").get(&user) {
+                    return Ok(*channel);
+                }
+                let dm = self
+                    .http
+                    .create_private_channel(
+                        &serde_json::json!({ "recipient_id": user.to_string() }),
+                    )
+                    .await
+                    .map_err(|e| failure(e, &self.token))?;
+                self.learn_dm(user, dm.id);
+                Ok(dm.id)
+            }
+            ChatKind::Conversation => Err(DeliveryError::Rejected(
+                "a Discord route is a DM or a guild channel".into(),
+            )),
+        }
+    }
+
+    /// Send the pieces not sent yet (as follow-ups of an interaction, or as messages, the
+    /// first replying to the inbound message in a guild), remembering progress for retries.
+    async fn send_pieces(
+        &self,
+        target: ChannelId,
+        message: &OutboundMessage,
+        pieces: &[String],
+        mut sent: Vec<MessageId>,
+    ) -> Result<Vec<MessageId>, DeliveryError> {
+        let interaction = self.interaction_token(message);
+        for piece in &pieces[sent.len().min(pieces.len())..] {
+            let result = match &interaction {
+                Some(token) => {
+                    CreateInteractionResponseFollowup::new()
+                        .content(piece)
+                        .execute(&self.http, (None, token))
+                        .await
+                }
+                None => {
+                    let mut create = CreateMessage::new().content(piece);
+                    if sent.is_empty()
+                        && message.kind == OutboundKind::Reply
+                        && let Some(reference) = message
+                            .in_reply_to
+                            .as_deref()
+                            .and_then(|r| reference(target, &message.route, r))
+                    {
+                        create = create.reference_message(reference);
+                    }
+                    target.send_message(&self.http, create).await
+                }
+            };
+            match result {
+                Ok(m) => sent.push(m.id),
+                Err(e) => {
+                    if !sent.is_empty() {
+                        self.partial
+                            .lock()
+                            .expect("partial lock")
+                            .insert(message.id, sent);
+                    }
+                    return Err(failure(e, &self.token));
+                }
+            }
+        }
+        if let Some(reply_to) = &message.in_reply_to
+            && interaction.is_some()
+        {
+            self.interactions
+                .lock()
+                .expect("interactions lock")
+                .remove(reply_to);
+        }
+        Ok(sent)
+    }
+
+    async fn edit(
+        &self,
+        target: ChannelId,
+        id: MessageId,
+        text: &str,
+    ) -> Result<(), DeliveryError> {
+        target
+            .edit_message(&self.http, id, EditMessage::new().content(text))
+            .await
+            .map(|_| ())
+            .map_err(|e| failure(e, &self.token))
+    }
+
+    fn take_stream(
+        &self,
+        target: ChannelId,
+        in_reply_to: &str,
+    ) -> Option<Arc<tokio::sync::Mutex<LiveReply>>> {
+        self.streams
+            .lock()
+            .expect("streams lock")
+            .remove(&(target.get(), in_reply_to.to_string()))
+    }
+}
+
+/// A guild reply points at the message it answers (DMs need no such pointer); a missing
+/// original does not fail the reply.
+fn reference(target: ChannelId, route: &ChatRoute, in_reply_to: &str) -> Option<MessageReference> {
+    if route.kind != ChatKind::Group {
+        return None;
+    }
+    let original = in_reply_to.parse::<u64>().ok()?;
+    let mut reference = MessageReference::from((target, MessageId::new(original)));
+    reference.fail_if_not_exists = Some(false);
+    Some(reference)
+}
+
+#[async_trait]
+impl Channel for DiscordChannel {
+    fn name(&self) -> &str {
+        CHANNEL
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        let pieces = split(&message.text, LIMIT);
+        if pieces.is_empty() {
+            return Ok(Delivered::default());
+        }
+        let target = self.target(&message.route).await?;
+        // An edit of an earlier message (plan cards, status messages).
+        if let Some(edited) = message.edit_platform_id.as_deref() {
+            let edited = MessageId::new(id(edited, "message")?);
+            self.edit(target, edited, &pieces[0]).await?;
+            return Ok(Delivered {
+                platform_message_id: Some(edited.to_string()),
+            });
+        }
+        let mut sent = self
+            .partial
+            .lock()
+            .expect("partial lock")
+            .remove(&message.id)
+            .unwrap_or_default();
+        // A reply that was streamed: its first piece replaces the streamed message.
+        if sent.is_empty()
+            && message.kind == OutboundKind::Reply
+            && let Some(reply_to) = &message.in_reply_to
+            && let Some(stream) = self.take_stream(target, reply_to)
+        {
+            let settled = stream
+                .lock()
+                .await
+                .settle(&pieces[0], self.edit_interval)
+                .await;
+            if let Some((shown, edit)) = settled {
+                let shown = MessageId::new(id(&shown, "message")?);
+                if edit {
+                    self.edit(target, shown, &pieces[0]).await?;
+                }
+                sent.push(shown);
+            }
+        }
+        let sent = self.send_pieces(target, message, &pieces, sent).await?;
+        Ok(Delivered {
+            platform_message_id: sent.first().map(|id| id.to_string()),
+        })
+    }
+
+    async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
+        // A slash command's answer arrives whole, as the follow-up of its interaction.
+        if self
+            .interactions
+            .lock()
+            .expect("interactions lock")
+            .contains_key(in_reply_to)
+        {
+            return;
+        }
+        let Ok(target) = self.target(route).await else {
+            return;
+        };
+        let stream = self
+            .streams
+            .lock()
+            .expect("streams lock")
+            .entry((target.get(), in_reply_to.to_string()))
+            .or_default()
+            .clone();
+        let mut live = stream.lock().await;
+        let Some(update) = live.push(delta, LIMIT, self.edit_interval) else {
+            return;
+        };
+        let result = match &update {
+            LiveUpdate::Send(text) => {
+                let mut create = CreateMessage::new().content(text);
+                if let Some(reference) = reference(target, route, in_reply_to) {
+                    create = create.reference_message(reference);
+                }
+                target
+                    .send_message(&self.http, create)
+                    .await
+                    .map(|m| (text.clone(), Some(m.id.to_string())))
+            }
+            LiveUpdate::Edit { id, text } => match id.parse::<u64>() {
+                Ok(shown) => target
+                    .edit_message(
+                        &self.http,
+                        MessageId::new(shown),
+                        EditMessage::new().content(text),
+                    )
+                    .await
+                    .map(|_| (text.clone(), None)),
+                Err(_) => return,
+            },
+        };
+        match result {
+            Ok((text, id)) => live.shown(text, id),
+            Err(e) => match failure(e, &self.token) {
+                DeliveryError::Retry {
+                    retry_after: Some(wait),
+                    ..
+                } => {
+                    tracing::info!(
+                        seconds = wait.as_secs_f64(),
+                        "Discord asked to slow down edits"
+                    );
+                    live.slow_down(wait);
+                }
+                e => tracing::warn!(error = %e, "streaming update failed"),
+            },
+        }
+    }
+
+    async fn typing(&self, route: &ChatRoute) {
+        let Ok(target) = self.target(route).await else {
+            return;
+        };
+        if let Err(e) = target.broadcast_typing(&self.http).await {
+            tracing::debug!(error = %self.redact(e.to_string()), "typing indicator failed");
+        }
+    }
+}
