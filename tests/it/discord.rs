@@ -420,3 +420,21 @@ async fn kill_9_mid_turn_and_restart_answers_once() {
         "the restarted process opened the user's DM channel itself"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allowlist_takes_numeric_discord_user_ids() {
+    let llm = LlmStandIn::echo().await;
+    let dc = DiscordStandIn::start().await;
+    let cfg = config(&llm.url, &dc.url, "").replace(
+        "access = \"open\"",
+        "access = \"allowlist\"\nallowed_users = [7]",
+    );
+    let work = Workdir::new(&cfg);
+    let _service = Service::start(&work, ENV).await;
+    dc.mention(CHANNEL, 8, 9301, "let me in");
+    dc.mention(CHANNEL, 7, 9302, "hello from seven");
+    texts_settle(&dc, CHANNEL, |t| t == ["echo: hello from seven"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(dc.texts(CHANNEL), ["echo: hello from seven"]);
+    assert_eq!(llm.count(), 1, "user 8 never reached the model");
+}
