@@ -111,6 +111,68 @@ async fn main() {
         avg(&latencies[history - tenth..])
     );
     stop(child);
+
+    // 4. The sandbox: `exec` call to first output, on a cold and on a warm container.
+    sandbox_first_output().await;
+}
+
+/// Records when the first output arrived.
+struct FirstOutput(std::sync::Mutex<Option<Instant>>);
+
+#[async_trait::async_trait]
+impl ferroclaw::sandbox::OutputSink for FirstOutput {
+    async fn output(&self, _chunk: &str) {
+        self.0.lock().unwrap().get_or_insert_with(Instant::now);
+    }
+}
+
+async fn sandbox_first_output() {
+    use ferroclaw::sandbox::{Availability, DockerSandbox, ExecRequest, Sandbox, docker::Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = DockerSandbox::new(Settings {
+        image: "ferroclaw-sandbox:busybox".into(),
+        network: "none".into(),
+        memory_bytes: 256 << 20,
+        nano_cpus: 1_000_000_000,
+        pids_limit: 100,
+        docker_host: String::new(),
+        instance: "bench".into(),
+    });
+    if let Availability::Unavailable(why) = sandbox.prepare().await {
+        println!("sandbox: skipped ({why}; run scripts/sandbox-image.sh)");
+        return;
+    }
+    let request = ExecRequest {
+        command: "echo ready".into(),
+        workdir: None,
+        timeout: Duration::from_secs(30),
+    };
+    let time = |owner: String| {
+        let (sandbox, request, workspace) = (&sandbox, &request, dir.path().join(&owner));
+        async move {
+            let sink = FirstOutput(std::sync::Mutex::new(None));
+            let started = Instant::now();
+            sandbox
+                .exec(&owner, &workspace, request, Some(&sink))
+                .await
+                .unwrap();
+            let first = sink.0.lock().unwrap().expect("output arrived");
+            first - started
+        }
+    };
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        cold.push(time(format!("cold{i}")).await);
+        warm.push(time(format!("cold{i}")).await);
+    }
+    cold.sort();
+    warm.sort();
+    println!(
+        "sandbox exec to first output: cold container median {:.0} ms, warm container median {:.1} ms",
+        ms(cold[2]),
+        ms(warm[2])
+    );
+    sandbox.release_all().await;
 }
 
 fn arg(name: &str) -> Option<usize> {

@@ -9,6 +9,7 @@ use crate::ingress::Ingress;
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryWorker, OutboxNotifier};
 use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
+use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::spawn::Spawner;
 use crate::storage::{self, Store};
 use crate::subagents::Registry;
@@ -59,6 +60,7 @@ pub struct App {
     workers: Vec<Arc<DeliveryWorker>>,
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
+    sandbox: Arc<dyn Sandbox>,
 }
 
 impl App {
@@ -94,15 +96,23 @@ impl App {
         let tools = Arc::new(ToolRegistry::builtin(
             config.tools.web_fetch_allow_private,
             &config.tools.web_fetch_proxy,
+            Duration::from_secs(config.sandbox.timeout_secs),
         ));
-        let engine = Arc::new(Engine::new(
-            store.clone(),
-            chain,
-            config.clone(),
-            Arc::new(ChannelFeedback(channel_map.clone())),
-            notifier.clone(),
-            tools,
+        // Connects on first use (or at start when enabled, see `prepare_sandbox`).
+        let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
+            crate::sandbox::docker::Settings::from_config(&config),
         ));
+        let engine = Arc::new(
+            Engine::new(
+                store.clone(),
+                chain,
+                config.clone(),
+                Arc::new(ChannelFeedback(channel_map.clone())),
+                notifier.clone(),
+                tools,
+            )
+            .with_sandbox(sandbox.clone()),
+        );
         // Built in one pass: the registry runs children on the engine and hands the turns
         // their outcomes start to the lanes through a channel; the lanes' turn handler gives
         // every turn the registry as its spawner.
@@ -153,6 +163,7 @@ impl App {
         }
         Ok(App {
             config,
+            sandbox,
             store,
             ingress,
             lanes,
@@ -200,10 +211,21 @@ impl App {
         }
     }
 
+    /// With `sandbox.enabled`: connecting to Docker now (remove leftovers, check the image),
+    /// so the first `exec` does not pay for it and an unusable engine is said at start. The
+    /// caller runs it beside serving (start-up does not wait for Docker).
+    pub fn sandbox_preparation(&self) -> Option<impl std::future::Future<Output = ()> + use<>> {
+        let sandbox = self.sandbox.clone();
+        self.config.sandbox.enabled.then_some(async move {
+            sandbox.prepare().await;
+        })
+    }
+
     /// Finish running turns within `grace` (abort the rest), flush the outbox, stop workers.
     pub async fn shutdown(&self, grace: Duration) {
         self.lanes.shutdown(grace).await;
         self.subagents.shutdown().await;
+        self.sandbox.release_all().await;
         self.workers_cancel.cancel();
         self.worker_tracker.close();
         if tokio::time::timeout(

@@ -22,6 +22,7 @@ pub mod outbox;
 pub mod pairing;
 pub mod plan;
 pub mod providers;
+pub mod sandbox;
 pub mod serve;
 pub mod server;
 pub mod spawn;

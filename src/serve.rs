@@ -67,6 +67,15 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening on http://{addr}");
+    if let Some(preparing) = app.sandbox_preparation() {
+        let stop = stopping.clone();
+        channel_tasks.spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                () = preparing => {}
+            }
+        });
+    }
     let recovered = app.recover().await?;
     if recovered > 0 {
         tracing::info!(recovered, "answering messages left from an earlier run");

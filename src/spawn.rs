@@ -40,6 +40,8 @@ pub struct SpawnRequest {
     pub model: Option<String>,
     pub tools: Option<Vec<String>>,
     pub session_mode: bool,
+    /// Run the child's `exec` and file tools in its own container.
+    pub sandbox: bool,
     pub timeout_secs: Option<u64>,
 }
 
@@ -115,6 +117,10 @@ pub trait Spawner: Send + Sync {
 #[async_trait]
 pub trait StepObserver: Send + Sync {
     async fn tools(&self, names: &[&str]);
+    /// Output of a running tool (`exec`), as it arrives.
+    async fn output(&self, _chunk: &str) {}
+    /// The running tool's output is complete (show what a throttle held back).
+    async fn output_end(&self) {}
 }
 
 /// What a turn can do with subagents: the registry and where this turn's children belong.

@@ -91,6 +91,8 @@ impl Engine {
             Command::Help => (OutboundKind::Reply, HELP_TEXT.to_string()),
             Command::New => {
                 session.epoch = self.store.session_reset(&session.key, now).await?;
+                // A fresh session starts with a fresh container (the workspace stays).
+                self.release_sandbox(&session.key).await;
                 session.summary = None;
                 session.summary_upto = 0;
                 (
@@ -193,6 +195,24 @@ impl Engine {
         }
     }
 
+    /// Where `exec` runs, for `/status` (None when it is off and no sandbox is configured).
+    fn exec_status(&self) -> Option<String> {
+        use crate::sandbox::Availability;
+        let sandbox = self.sandbox.as_ref().map(|s| s.availability());
+        match (self.config.sandbox.enabled, sandbox) {
+            (true, Some(Availability::Ready)) => Some(format!(
+                "sandboxed (Docker, image {})",
+                self.config.sandbox.image
+            )),
+            (true, Some(Availability::Unavailable(why))) => {
+                Some(format!("unavailable — the sandbox is enabled but {why}"))
+            }
+            (true, _) => Some("sandboxed (Docker, not connected yet)".into()),
+            (false, _) if self.config.tools.host_exec => Some("on the host".into()),
+            (false, _) => None,
+        }
+    }
+
     fn status_text(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "Session: {}", session.key);
@@ -230,6 +250,9 @@ impl Engine {
                 let _ = write!(out, "\nPlan: {}", plan.progress());
             }
             None => out.push_str("\nPlan: none"),
+        }
+        if let Some(line) = self.exec_status() {
+            let _ = write!(out, "\nExec: {line}");
         }
         if let Some(registry) = spawner {
             let _ = write!(

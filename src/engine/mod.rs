@@ -22,9 +22,10 @@ use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
+use crate::sandbox::{Availability, Sandbox};
 use crate::spawn::{SpawnHandle, SpawnScope, Spawner, StepObserver};
 use crate::storage::{NewTranscriptEntry, SessionRow, Store, StoreError};
-use crate::tools::{ToolContext, ToolRegistry};
+use crate::tools::{ExecPlace, ToolContext, ToolRegistry};
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,8 @@ pub struct Persona {
     pub progress: Option<Arc<dyn StepObserver>>,
     /// Where this agent's own `sessions_spawn` children go (None: it may not spawn).
     pub spawner: Option<Arc<dyn Spawner>>,
+    /// Where its `exec` runs (None: `exec` is not offered).
+    pub exec: Option<ExecPlace>,
 }
 
 pub struct Engine {
@@ -52,6 +55,8 @@ pub struct Engine {
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
+    /// Containers for `exec` (None: no sandbox can be had).
+    sandbox: Option<Arc<dyn Sandbox>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +125,39 @@ impl Engine {
             outbox,
             tools,
             tool_tokens,
+            sandbox: None,
+        }
+    }
+
+    /// Run `exec` in containers from `sandbox` (where the config asks for it).
+    pub fn with_sandbox(mut self, sandbox: Arc<dyn Sandbox>) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// The sandbox, when one is configured and not known to be unavailable.
+    pub(crate) fn usable_sandbox(&self) -> Option<&Arc<dyn Sandbox>> {
+        self.sandbox
+            .as_ref()
+            .filter(|s| !matches!(s.availability(), Availability::Unavailable(_)))
+    }
+
+    /// Where an agent's `exec` runs: in `owner`'s container when the sandbox is on (or the
+    /// agent is a sandboxed subagent), on the host when `tools.host_exec`, else nowhere.
+    pub(crate) fn exec_place(&self, owner: &str, sandboxed: bool) -> Option<ExecPlace> {
+        if self.config.sandbox.enabled || sandboxed {
+            return self.usable_sandbox().map(|sandbox| ExecPlace::Sandbox {
+                sandbox: sandbox.clone(),
+                owner: owner.to_string(),
+            });
+        }
+        self.config.tools.host_exec.then_some(ExecPlace::Host)
+    }
+
+    /// Remove `owner`'s container, if it has one.
+    pub(crate) async fn release_sandbox(&self, owner: &str) {
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.release(owner).await;
         }
     }
 
@@ -131,6 +169,7 @@ impl Engine {
     /// The user's agent for a session.
     fn user_persona(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> Persona {
         let spawning = self.config.subagents.max_depth > 0 && spawner.is_some();
+        let exec = self.exec_place(&session.key, false);
         Persona {
             system: self.config.agent.system_prompt.clone(),
             tools: self
@@ -138,8 +177,10 @@ impl Engine {
                 .names()
                 .into_iter()
                 .filter(|n| spawning || (*n != "sessions_spawn" && *n != "subagents"))
+                .filter(|n| exec.is_some() || *n != "exec")
                 .map(str::to_string)
                 .collect(),
+            exec,
             model: self.session_model(session),
             depth: 0,
             origin: None,
@@ -282,6 +323,8 @@ impl Engine {
                 .filter(|_| persona.is_none_or(|p| p.depth == 0))
                 .map(|(id, redo)| crate::tools::EffectLog::for_journal_entry(id, redo)),
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
+            exec: persona.and_then(|p| p.exec.clone()),
+            progress: persona.and_then(|p| p.progress.clone()),
         }
     }
 

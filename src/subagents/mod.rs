@@ -41,6 +41,8 @@ pub(crate) struct RunSpec {
     pub model: ModelRef,
     pub tools: Vec<String>,
     pub session_mode: bool,
+    /// `exec` and the file tools run in the run's own container.
+    pub sandbox: bool,
     pub timeout: Duration,
     pub depth: u32,
     pub scope: SpawnScope,
@@ -169,6 +171,20 @@ impl Registry {
             }
             None => scope.parent_tools.clone(),
         };
+        if request.sandbox {
+            if engine.usable_sandbox().is_none() {
+                return Err(SpawnError::Refused(
+                    "field `sandbox`: no sandbox can be had here (no Docker engine or no image)"
+                        .into(),
+                ));
+            }
+            // A sandboxed child gets exec and the file tools even when its parent has none.
+            for tool in ["exec", "read_file", "write_file", "list_files"] {
+                if !tools.iter().any(|t| t == tool) {
+                    tools.push(tool.to_string());
+                }
+            }
+        }
         let depth = scope.depth + 1;
         tools.retain(|t| {
             t != "plan" && (depth < max_depth || (t != "sessions_spawn" && t != "subagents"))
@@ -207,7 +223,8 @@ impl Registry {
         }
         let reserved = reserve(self, &id);
         let event = json!({"event": "before_spawn", "parent_session": scope.parent_session, "depth": depth,
-            "label": label, "task": request.task, "model": model.to_string(), "tools": tools});
+            "label": label, "task": request.task, "model": model.to_string(), "tools": tools,
+            "sandbox": request.sandbox});
         self.hook.allow(&event).await.map_err(SpawnError::Refused)?;
 
         let now = crate::clock::now_ms();
@@ -255,6 +272,7 @@ impl Registry {
             model,
             tools,
             session_mode: request.session_mode,
+            sandbox: request.sandbox,
             timeout: Duration::from_secs(
                 request
                     .timeout_secs

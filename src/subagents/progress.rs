@@ -7,6 +7,7 @@ use crate::storage::{NewOutbound, Store};
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub struct RunProgress {
     store: Arc<dyn Store>,
@@ -15,7 +16,15 @@ pub struct RunProgress {
     label: String,
     status_message: Option<i64>,
     last: Mutex<String>,
+    /// The tail of the running tool's output, and when it was last shown (None: not since
+    /// it changed).
+    output: Mutex<(String, Option<Instant>)>,
 }
+
+/// Lines of a running command's output the status message shows.
+const OUTPUT_LINES: usize = 5;
+/// How often the status message is edited for new output.
+const OUTPUT_EVERY: Duration = Duration::from_secs(1);
 
 impl RunProgress {
     pub fn new(
@@ -32,18 +41,15 @@ impl RunProgress {
             label,
             status_message,
             last: Mutex::new(String::new()),
+            output: Mutex::new((String::new(), None)),
         }
     }
-}
 
-#[async_trait]
-impl StepObserver for RunProgress {
-    /// The child is about to run these tools.
-    async fn tools(&self, names: &[&str]) {
+    /// Replace the status message's text (unchanged text is not sent again).
+    async fn show(&self, text: String) {
         let Some(id) = self.status_message else {
             return;
         };
-        let text = texts::status(&self.label, &format!("running — {}", names.join(", ")));
         {
             let mut last = self.last.lock().expect("progress lock");
             if *last == text {
@@ -64,4 +70,43 @@ impl StepObserver for RunProgress {
             tracing::warn!(error = %e, "could not update a subagent's status message");
         }
     }
+}
+
+#[async_trait]
+impl StepObserver for RunProgress {
+    /// The child is about to run these tools.
+    async fn tools(&self, names: &[&str]) {
+        self.output.lock().expect("progress lock").0.clear();
+        let text = texts::status(&self.label, &format!("running — {}", names.join(", ")));
+        self.show(text).await;
+    }
+
+    /// A running command printed this: the last lines show under the status, at most once a
+    /// second.
+    async fn output(&self, chunk: &str) {
+        let tail = {
+            let mut output = self.output.lock().expect("progress lock");
+            output.0.push_str(chunk);
+            let lines: Vec<&str> = output.0.lines().collect();
+            let tail = lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n");
+            output.0 = tail.clone();
+            if output.1.is_some_and(|at| at.elapsed() < OUTPUT_EVERY) {
+                return;
+            }
+            output.1 = Some(Instant::now());
+            tail
+        };
+        self.show(output_status(&self.label, &tail)).await;
+    }
+
+    async fn output_end(&self) {
+        let tail = self.output.lock().expect("progress lock").0.clone();
+        if !tail.is_empty() {
+            self.show(output_status(&self.label, &tail)).await;
+        }
+    }
+}
+
+fn output_status(label: &str, tail: &str) -> String {
+    texts::status(label, &format!("running — exec\n```\n{tail}\n```"))
 }

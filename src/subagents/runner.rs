@@ -71,6 +71,11 @@ pub(crate) async fn run(
         _ = live.cancel.cancelled() => Outcome::Ended { state: RunState::Killed, result: "Killed before it finished.".into() },
         outcome = work => outcome,
     };
+    // The run's container goes with it (its workspace stays).
+    registry
+        .engine
+        .release_sandbox(&Registry::session_key(&spec.id))
+        .await;
     match outcome {
         Outcome::Shutdown => {
             tracing::info!(run_id = %spec.id, "subagent stopped by shutdown; it is reported after restart")
@@ -138,9 +143,17 @@ async fn execute(
         spec.label.clone(),
         spec.status_message,
     ));
+    // Its own container (a sandboxed run always; any run when the sandbox is on).
+    let exec = engine.exec_place(&key, spec.sandbox);
     let persona = Persona {
         system: spec.system.clone(),
-        tools: spec.tools.clone(),
+        tools: spec
+            .tools
+            .iter()
+            .filter(|t| exec.is_some() || *t != "exec")
+            .cloned()
+            .collect(),
+        exec,
         model: spec.model.clone(),
         depth: spec.depth,
         origin: Some((spec.scope.origin.clone(), spec.scope.origin_message.clone())),

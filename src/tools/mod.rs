@@ -6,6 +6,7 @@
 //! never end a turn. Tools do not know channels or the engine's loop.
 
 mod effects;
+mod exec;
 mod files;
 mod message;
 mod plan_tool;
@@ -13,6 +14,7 @@ mod subagent_tools;
 mod web_fetch;
 
 pub use effects::EffectLog;
+pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::PlanTool;
@@ -47,6 +49,10 @@ pub struct ToolContext {
     pub effects: Option<EffectLog>,
     /// How long one tool call may run (`tools.timeout_secs`) unless the tool says otherwise.
     pub time_limit: std::time::Duration,
+    /// Where `exec` runs (None: it is not offered).
+    pub exec: Option<ExecPlace>,
+    /// A subagent's live status (hears tool output as it arrives).
+    pub progress: Option<Arc<dyn crate::spawn::StepObserver>>,
 }
 
 /// A call's arguments as the tool's own type. The registry has checked them against the
@@ -102,8 +108,13 @@ impl ToolRegistry {
         ToolRegistry { tools, validators }
     }
 
-    /// The built-in tools for this configuration.
-    pub fn builtin(allow_private: bool, web_fetch_proxy: &str) -> Self {
+    /// The built-in tools for this configuration. `exec` is always registered; each agent is
+    /// offered it only where it can run.
+    pub fn builtin(
+        allow_private: bool,
+        web_fetch_proxy: &str,
+        exec_max: std::time::Duration,
+    ) -> Self {
         Self::new(vec![
             Arc::new(ReadFile),
             Arc::new(WriteFile),
@@ -113,6 +124,7 @@ impl ToolRegistry {
             Arc::new(PlanTool),
             Arc::new(SessionsSpawn),
             Arc::new(SubagentsTool),
+            Arc::new(ExecTool::new(exec_max)),
         ])
     }
 

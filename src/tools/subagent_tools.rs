@@ -26,8 +26,6 @@ struct SpawnArgs {
     model: Option<String>,
     tools: Option<Vec<String>>,
     mode: Option<String>,
-    /// Accepted; the sandbox is a later issue.
-    #[allow(dead_code)]
     sandbox: Option<bool>,
     timeout_secs: Option<u64>,
 }
@@ -77,7 +75,7 @@ impl Tool for SessionsSpawn {
                 "model": {"type": "string", "description": "<provider>/<model>; default: yours"},
                 "tools": {"type": "array", "items": {"type": "string"}, "description": "allowlist; default: all of yours"},
                 "mode": {"type": "string", "enum": ["run", "session"]},
-                "sandbox": {"type": "boolean"},
+                "sandbox": {"type": "boolean", "description": "run its exec and file tools in its own container"},
                 "timeout_secs": {"type": "integer", "minimum": 1}
             },
             "required": ["task"],
@@ -94,6 +92,7 @@ impl Tool for SessionsSpawn {
             model: args.model,
             tools: args.tools,
             session_mode: args.mode.as_deref() == Some("session"),
+            sandbox: args.sandbox.unwrap_or(false),
             timeout_secs: args.timeout_secs,
         };
         let accepted = scope

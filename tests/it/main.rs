@@ -12,6 +12,7 @@ mod hardening;
 mod message_path;
 mod plan;
 mod providers;
+mod sandbox;
 mod store_conformance;
 mod subagents;
 mod telegram;
