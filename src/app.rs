@@ -86,6 +86,7 @@ impl App {
         access: Vec<(String, AccessRule)>,
     ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
+        crate::metrics::install();
         let chain = Arc::new(build_chain(loaded)?);
         let channel_map: ChannelMap = channels
             .iter()

@@ -12,6 +12,22 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines as text for people or JSON for collectors
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "FERROCLAW_LOG_FORMAT",
+        default_value = "human"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
 }
 
 /// `-c FILE`, shared by every subcommand.

@@ -100,6 +100,7 @@ impl Inbox for Ingress {
             .map_err(|e| InboxError(e.to_string()))?;
         Ok(match inserted {
             JournalInsert::New(entry) => {
+                crate::metrics::inbound(&entry.message.route.channel);
                 let journal_id = entry.id;
                 // Journalled already: if this fails, the entry is handled after restart.
                 if let Err(err) = self.dispatch(entry).await {

@@ -60,6 +60,7 @@ impl Lanes {
             return; // it stays pending in the journal and is answered after restart
         }
         let key = entry.session_key.clone();
+        crate::metrics::lane_depth(1.0);
         let mut lanes = self.inner.lanes.lock().expect("lanes lock");
         if let Some(lane) = lanes.get_mut(&key) {
             lane.queue.push_back(entry);
@@ -89,6 +90,14 @@ impl Lanes {
             }
             None => false,
         }
+    }
+
+    /// Sessions with a turn running or queued now.
+    pub fn busy(&self) -> Vec<String> {
+        let lanes = self.inner.lanes.lock().expect("lanes lock");
+        let mut keys: Vec<String> = lanes.keys().cloned().collect();
+        keys.sort();
+        keys
     }
 
     /// Resolve when no lane has work.
@@ -130,10 +139,13 @@ impl Inner {
                     lane.queue.pop_front()
                 } {
                     Some(entry) => {
+                        crate::metrics::lane_depth(-1.0);
                         lane.running = Some(stop.clone());
                         entry
                     }
                     None => {
+                        // Closing: what is left stays pending in the journal.
+                        crate::metrics::lane_depth(-(lane.queue.len() as f64));
                         lanes.remove(&key);
                         break;
                     }

@@ -7,6 +7,7 @@
 //! channel) → the adapter.
 
 pub mod access;
+pub mod admin;
 pub mod app;
 pub mod channels;
 pub mod chat;
@@ -18,10 +19,12 @@ pub mod http;
 pub mod http_server;
 pub mod ingress;
 pub mod lanes;
+pub mod metrics;
 pub mod outbox;
 pub mod pairing;
 pub mod plan;
 pub mod providers;
+pub mod recent_errors;
 pub mod sandbox;
 pub mod serve;
 pub mod server;

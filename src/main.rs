@@ -1,13 +1,13 @@
 //! The `ferroclaw` binary: parse the command line, load the configuration, dispatch.
 
 use clap::Parser;
-use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand, PairingCommand};
+use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand, LogFormat, PairingCommand};
 use ferroclaw::config::{self, LoadedConfig};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check(arg),
@@ -78,14 +78,26 @@ where
     }
 }
 
-fn init_tracing() {
+/// Human-readable lines by default, one JSON object per line with `--log-format json`; the
+/// last warnings and errors are also kept for the status page.
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERROCLAW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(ferroclaw::recent_errors::RecentErrors);
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .compact()
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Json => registry.with(fmt.json().with_current_span(true)).init(),
+        LogFormat::Human => registry
+            .with(
+                fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .compact(),
+            )
+            .init(),
+    }
 }

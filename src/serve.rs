@@ -36,7 +36,16 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .collect();
     let app = App::build(loaded, channels, access).await?;
 
-    let mut router = crate::server::router(app.store.clone(), app.channels.clone());
+    let admin = loaded.secrets.admin_token.clone().map(|token| {
+        crate::admin::Admin::new(
+            app.store.clone(),
+            app.lanes.clone(),
+            app.subagents.clone(),
+            token,
+        )
+    });
+    let mut router = crate::server::router(app.store.clone(), app.channels.clone())
+        .merge(crate::admin::router(admin));
     // Ends long polls, event streams and channel tasks once a stop is asked for.
     let stopping = CancellationToken::new();
     let messages: Arc<dyn MessageLog> = Arc::new(OutboxLog {

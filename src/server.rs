@@ -1,12 +1,15 @@
-//! The HTTP server: health and readiness, plus the routes channels mount (webhooks).
-//! `router()` is testable without a socket; `serve()` runs it until the shutdown future.
+//! The HTTP server's own routes: liveness (`/healthz`), readiness (`/readyz`, JSON naming what
+//! is not ready) and Prometheus metrics (`/metrics`). Channels and the admin API mount their
+//! own routes beside these.
 
 use crate::app::ChannelMap;
 use crate::storage::Store;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -19,29 +22,71 @@ pub fn router(store: Arc<dyn Store>, channels: ChannelMap) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(Health { store, channels })
 }
 
-async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
-    if let Err(err) = health.store.ping().await {
-        tracing::warn!(error = %err, "readiness: storage unreachable");
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage unreachable".into(),
+/// The Prometheus text format, with the outbox backlog read from storage now.
+async fn metrics(State(health): State<Health>) -> Response {
+    let handle = crate::metrics::install();
+    match health.store.outbox_backlog_counts().await {
+        Ok(counts) => {
+            // Channels with nothing waiting show 0, not their last non-zero value.
+            for name in health.channels.keys() {
+                let count = counts
+                    .iter()
+                    .find(|(c, _)| c == name)
+                    .map_or(0, |(_, n)| *n);
+                crate::metrics::outbox_backlog(name, count);
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "metrics: could not read the outbox backlog"),
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(health): State<Health>) -> (StatusCode, Json<Value>) {
+    let storage = match health.store.ping().await {
+        Ok(()) => "ok",
+        Err(err) => {
+            tracing::warn!(error = %err, "readiness: storage unreachable");
+            "unreachable"
+        }
+    };
+    let mut channels = serde_json::Map::new();
+    let mut not_ready: Vec<String> = Vec::new();
+    if storage != "ok" {
+        not_ready.push("storage".into());
+    }
+    for channel in health.channels.values() {
+        let ready = channel.is_ready();
+        channels.insert(
+            channel.name().to_string(),
+            json!(if ready { "connected" } else { "not connected" }),
         );
+        if !ready {
+            not_ready.push(channel.name().to_string());
+        }
     }
-    let waiting: Vec<&str> = health
-        .channels
-        .values()
-        .filter(|c| !c.is_ready())
-        .map(|c| c.name())
-        .collect();
-    if waiting.is_empty() {
-        (StatusCode::OK, "ready".into())
+    let status = if not_ready.is_empty() {
+        StatusCode::OK
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("channels not connected: {}", waiting.join(", ")),
-        )
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({
+            "ready": not_ready.is_empty(),
+            "storage": storage,
+            "channels": channels,
+            "not_ready": not_ready,
+        })),
+    )
 }

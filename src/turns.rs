@@ -54,7 +54,7 @@ impl TurnHandler {
     /// Handle one journalled message to completion. `stop` ends the turn early (`/stop`): what
     /// finished so far is committed. On `Ok` the journal entry is answered and its replies are
     /// in the outbox; on `Err` nothing was committed and the entry stays pending.
-    #[tracing::instrument(skip_all, fields(session = %entry.session_key, journal_id = entry.id))]
+    #[tracing::instrument(skip_all, fields(channel = %entry.message.route.channel, session = %entry.session_key, journal_id = entry.id))]
     pub async fn handle(
         &self,
         entry: &JournalEntry,
@@ -71,6 +71,7 @@ impl TurnHandler {
             self.chains.reset(&entry.session_key);
         }
         let route = &entry.message.route;
+        let started = std::time::Instant::now();
         let mut session = self
             .store
             .session_get_or_create(&entry.session_key, route, crate::clock::now_ms())
@@ -92,6 +93,16 @@ impl TurnHandler {
             .await?;
         let in_reply_to = Some(entry.message.platform_message_id.clone());
         let called_tools = output.entries.iter().any(|e| e.tool_calls.is_some());
+        let outcome = if output
+            .outbound
+            .iter()
+            .any(|(k, _)| *k == OutboundKind::Error)
+        {
+            "error"
+        } else {
+            "answered"
+        };
+        let summary = (output.model.clone(), output.tokens_in, output.tokens_out);
         let commit = TurnCommit {
             journal_id: Some(entry.id),
             session_key: entry.session_key.clone(),
@@ -127,6 +138,18 @@ impl TurnHandler {
         }
         self.outbox.kick(&route.channel);
         self.turns.answered(entry.id);
+        let took = started.elapsed();
+        crate::metrics::turn(outcome, took);
+        // The one line per turn an operator reads (the message itself only at DEBUG).
+        tracing::info!(
+            model = summary.0.as_deref().unwrap_or("-"),
+            tokens_in = summary.1,
+            tokens_out = summary.2,
+            duration_ms = took.as_millis() as u64,
+            outcome,
+            "turn"
+        );
+        tracing::debug!(text = %entry.message.text, "turn input");
         Ok(())
     }
 
@@ -178,6 +201,7 @@ impl TurnHandler {
     /// finishing (each start ended with the process dying).
     pub async fn answer_given_up(&self, entry: &JournalEntry) -> Result<(), StoreError> {
         let text = "⚠️ This message could not be processed: handling it stopped the service several times, so it was given up. Please rephrase or try again later.";
+        crate::metrics::turn("given_up", Duration::ZERO);
         self.answer(entry, Some((OutboundKind::Error, text.into())))
             .await
     }
@@ -185,6 +209,7 @@ impl TurnHandler {
     /// Answer a journal entry whose turn crashed, with an error reply.
     pub async fn answer_failed(&self, entry: &JournalEntry) -> Result<(), StoreError> {
         let text = "⚠️ Something went wrong while handling this message; it was not processed. Please try again.";
+        crate::metrics::turn("failed", Duration::ZERO);
         self.answer(entry, Some((OutboundKind::Error, text.into())))
             .await
     }

@@ -197,8 +197,10 @@ impl DeliveryWorker {
                     }
                     done.push((id, delivered.platform_message_id));
                     outcome.delivered += 1;
+                    crate::metrics::outbound(self.channel.name());
                 }
                 Err(DeliveryError::Rejected(reason)) => {
+                    crate::metrics::delivery_failed(self.channel.name(), false);
                     tracing::warn!(channel = self.channel.name(), outbox_id = id, %reason, "platform rejected message");
                     let _ = self.store.outbox_mark_rejected(id, &reason).await;
                 }
@@ -206,6 +208,10 @@ impl DeliveryWorker {
                     reason,
                     retry_after,
                 }) => {
+                    crate::metrics::delivery_failed(
+                        self.channel.name(),
+                        entry.attempts + 1 < MAX_ATTEMPTS,
+                    );
                     if entry.attempts + 1 >= MAX_ATTEMPTS {
                         tracing::error!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery given up; message marked failed");
                         let _ = self

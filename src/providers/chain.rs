@@ -125,12 +125,18 @@ impl FallbackChain {
                 continue;
             }
             let streamed = AtomicBool::new(false);
+            let label = model.to_string();
+            let started = std::sync::Mutex::new(std::time::Instant::now());
             let sink = |delta: &str| {
-                streamed.store(true, Ordering::Relaxed);
+                if !streamed.swap(true, Ordering::Relaxed) {
+                    let at = *started.lock().expect("start lock");
+                    crate::metrics::first_token(&label, at.elapsed());
+                }
                 on_delta(delta);
             };
             let mut attempt = 0;
             loop {
+                *started.lock().expect("start lock") = std::time::Instant::now();
                 let slot = match &self.in_flight {
                     Some(slots) => Some(slots.acquire().await.expect("never closed")),
                     None => None,
@@ -142,10 +148,15 @@ impl FallbackChain {
                 .await
                 .unwrap_or(Err(ProviderError::Timeout));
                 drop(slot);
+                let took = started.lock().expect("start lock").elapsed();
                 let error = match result {
-                    Ok(response) => return Ok((response, model.clone())),
+                    Ok(response) => {
+                        crate::metrics::model_call(&label, "ok", took);
+                        return Ok((response, model.clone()));
+                    }
                     Err(error) => error,
                 };
+                crate::metrics::model_call(&label, error.kind(), took);
                 tracing::warn!(model = %model, attempt, error = %error, "model call failed");
                 if streamed.load(Ordering::Relaxed) {
                     return Err(ChainError::AfterStreaming {
@@ -169,6 +180,7 @@ impl FallbackChain {
                     continue;
                 }
                 self.cool_down(model);
+                crate::metrics::fallback(&label);
                 notes.push(format!("{model}: {error}"));
                 break;
             }

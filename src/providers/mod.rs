@@ -130,6 +130,23 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A short fixed name for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::RateLimited { .. } => "rate_limited",
+            ProviderError::Overloaded { .. } => "overloaded",
+            ProviderError::Server { .. } => "server_error",
+            ProviderError::Timeout => "timeout",
+            ProviderError::Connect(_) => "connect_error",
+            ProviderError::Auth { .. } => "auth_error",
+            ProviderError::Billing => "billing",
+            ProviderError::ModelNotFound => "model_not_found",
+            ProviderError::ContextTooLong => "context_too_long",
+            ProviderError::InvalidRequest(_) => "invalid_request",
+            ProviderError::Protocol(_) => "protocol_error",
+        }
+    }
+
     /// Retry on the same model (after `retry_after` when given).
     pub fn is_retryable(&self) -> bool {
         matches!(

@@ -92,7 +92,14 @@ pub trait SessionStore: Send + Sync {
     /// Store a compaction summary covering transcript entries up to `upto` (inclusive).
     async fn session_set_summary(&self, key: &str, summary: &str, upto: i64) -> StoreResult<()>;
     /// Sessions, most recently active first.
-    async fn session_list(&self, limit: i64) -> StoreResult<Vec<SessionRow>>;
+    /// Sessions, most recently active first; `key_prefix` filters (a channel's sessions all
+    /// start with `agent:main:<channel>:`), `offset` pages.
+    async fn session_list(
+        &self,
+        key_prefix: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> StoreResult<Vec<SessionRow>>;
 
     /// The newest `limit` transcript entries of the session's epoch after `after_id`, oldest
     /// first. Cost depends on `limit`, not on the transcript's length.
@@ -146,6 +153,10 @@ pub trait OutboxStore: Send + Sync {
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
     /// The highest outbox id of a channel (0 when it has none).
     async fn outbox_last_id(&self, channel: &str) -> StoreResult<i64>;
+    /// Undelivered messages of every channel, oldest first.
+    async fn outbox_backlog(&self, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
+    /// How many messages wait for delivery, per channel.
+    async fn outbox_backlog_counts(&self) -> StoreResult<Vec<(String, i64)>>;
     /// Messages of a channel (all conversations) with id > `after`, oldest first.
     async fn outbox_after(
         &self,
@@ -199,6 +210,8 @@ pub trait RunStore: Send + Sync {
     async fn run_get(&self, id: &str) -> StoreResult<Option<RunRow>>;
     /// Runs of a parent session, oldest first.
     async fn runs_of(&self, parent_session: &str) -> StoreResult<Vec<RunRow>>;
+    /// The newest runs of every session, newest first.
+    async fn runs_recent(&self, limit: i64) -> StoreResult<Vec<RunRow>>;
     /// Runs whose outcome has not been announced (interrupted by a stop), oldest first.
     async fn runs_unannounced(&self) -> StoreResult<Vec<RunRow>>;
     /// Set a run's state (e.g. running) and, when given, its start time and status message.

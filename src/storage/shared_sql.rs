@@ -327,9 +327,15 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            async fn session_list(&self, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::SessionRow>> {
-                let rows = sqlx::query("SELECT * FROM sessions ORDER BY updated_at DESC, key LIMIT $1")
+            async fn session_list(&self, key_prefix: Option<&str>, limit: i64, offset: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::SessionRow>> {
+                // A prefix compare (not LIKE): channel names may hold `_` or `%`.
+                let rows = sqlx::query(
+                    "SELECT * FROM sessions WHERE $1 IS NULL OR substr(key, 1, length($1)) = $1 \
+                     ORDER BY updated_at DESC, key LIMIT $2 OFFSET $3",
+                )
+                    .bind(key_prefix)
                     .bind(limit)
+                    .bind(offset)
                     .fetch_all(&self.read)
                     .await?;
                 rows.iter().map(Self::decode_session).collect()
@@ -507,6 +513,24 @@ macro_rules! impl_store {
                     .execute(&self.write)
                     .await?;
                 Ok(())
+            }
+
+            async fn outbox_backlog(&self, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.state = 'pending' ORDER BY o.id LIMIT $1"),
+                )
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+
+            async fn outbox_backlog_counts(&self) -> $crate::storage::StoreResult<Vec<(String, i64)>> {
+                Ok(sqlx::query_as(
+                    "SELECT channel, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY channel ORDER BY channel",
+                )
+                .fetch_all(&self.read)
+                .await?)
             }
 
             async fn outbox_last_id(&self, channel: &str) -> $crate::storage::StoreResult<i64> {
@@ -689,6 +713,14 @@ macro_rules! impl_store {
             async fn runs_of(&self, parent_session: &str) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
                 let rows = sqlx::query("SELECT * FROM runs WHERE parent_session = $1 ORDER BY created_at, id")
                     .bind(parent_session)
+                    .fetch_all(&self.read)
+                    .await?;
+                rows.iter().map(Self::decode_run).collect()
+            }
+
+            async fn runs_recent(&self, limit: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
+                let rows = sqlx::query("SELECT * FROM runs ORDER BY created_at DESC, id DESC LIMIT $1")
+                    .bind(limit)
                     .fetch_all(&self.read)
                     .await?;
                 rows.iter().map(Self::decode_run).collect()

@@ -57,6 +57,18 @@ pub(crate) struct LiveRun {
     pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
     pub steer: mpsc::UnboundedSender<String>,
+    /// What it is doing now (the tools of its current step), for the status page.
+    pub activity: Arc<Mutex<String>>,
+}
+
+/// A live run as the status page shows it.
+#[derive(Debug, Clone)]
+pub struct LiveRunView {
+    pub id: String,
+    pub parent_session: String,
+    pub label: String,
+    pub state: RunState,
+    pub activity: String,
 }
 
 pub struct Registry {
@@ -205,6 +217,7 @@ impl Registry {
             state: watch::channel(RunState::Queued).0,
             cancel: CancellationToken::new(),
             steer: steer_tx,
+            activity: Arc::new(Mutex::new(String::new())),
         });
         {
             let mut runs = self.live.lock().expect("registry lock");
@@ -403,6 +416,23 @@ impl Registry {
         self.tracker.close();
         self.cancel.cancel();
         self.tracker.wait().await;
+    }
+
+    /// Every live run (queued or running), oldest first by id order of the map.
+    pub fn live_runs(&self) -> Vec<LiveRunView> {
+        let runs = self.live.lock().expect("registry lock");
+        let mut views: Vec<LiveRunView> = runs
+            .values()
+            .map(|r| LiveRunView {
+                id: r.id.clone(),
+                parent_session: r.parent_session.clone(),
+                label: r.label.clone(),
+                state: *r.state.borrow(),
+                activity: r.activity.lock().expect("activity lock").clone(),
+            })
+            .collect();
+        views.sort_by(|a, b| a.id.cmp(&b.id));
+        views
     }
 
     /// Whether `runs` contains live ones (used by `chat` to wait at end of input).

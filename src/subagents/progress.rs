@@ -16,6 +16,8 @@ pub struct RunProgress {
     label: String,
     status_message: Option<i64>,
     last: Mutex<String>,
+    /// What the run is doing now (read by the status page).
+    activity: Arc<Mutex<String>>,
     /// The tail of the running tool's output, and when it was last shown (None: not since
     /// it changed).
     output: Mutex<(String, Option<Instant>)>,
@@ -33,6 +35,7 @@ impl RunProgress {
         scope: SpawnScope,
         label: String,
         status_message: Option<i64>,
+        activity: Arc<Mutex<String>>,
     ) -> Self {
         RunProgress {
             store,
@@ -42,6 +45,7 @@ impl RunProgress {
             status_message,
             last: Mutex::new(String::new()),
             output: Mutex::new((String::new(), None)),
+            activity,
         }
     }
 
@@ -77,6 +81,7 @@ impl StepObserver for RunProgress {
     /// The child is about to run these tools.
     async fn tools(&self, names: &[&str]) {
         self.output.lock().expect("progress lock").0.clear();
+        *self.activity.lock().expect("activity lock") = names.join(", ");
         let text = texts::status(&self.label, &format!("running — {}", names.join(", ")));
         self.show(text).await;
     }

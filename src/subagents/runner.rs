@@ -23,6 +23,7 @@ enum Outcome {
     Shutdown,
 }
 
+#[tracing::instrument(name = "subagent", skip_all, fields(run_id = %spec.id, parent = %spec.scope.parent_session))]
 pub(crate) async fn run(
     registry: Arc<Registry>,
     live: Arc<LiveRun>,
@@ -31,6 +32,9 @@ pub(crate) async fn run(
     slots: Arc<Semaphore>,
 ) {
     let shutdown = registry.cancel.clone();
+    // Which live-subagent gauge this run counts in.
+    let gauge = std::sync::Mutex::new("queued");
+    crate::metrics::subagents_live("queued", 1.0);
     let work = async {
         let _slot = slots
             .acquire_owned()
@@ -45,6 +49,12 @@ pub(crate) async fn run(
             tracing::warn!(run_id = %spec.id, error = %e, "could not mark the run running");
         }
         live.state.send_replace(RunState::Running);
+        {
+            let mut current = gauge.lock().expect("gauge lock");
+            crate::metrics::subagents_live(*current, -1.0);
+            *current = "running";
+            crate::metrics::subagents_live("running", 1.0);
+        }
         if let Err(e) = registry
             .post_status(
                 &spec.scope,
@@ -55,7 +65,12 @@ pub(crate) async fn run(
         {
             tracing::warn!(run_id = %spec.id, error = %e, "could not update the status message");
         }
-        match tokio::time::timeout(spec.timeout, execute(&registry, &spec, steer)).await {
+        match tokio::time::timeout(
+            spec.timeout,
+            execute(&registry, &spec, steer, live.activity.clone()),
+        )
+        .await
+        {
             Ok(outcome) => outcome,
             Err(_) => Outcome::Ended {
                 state: RunState::TimedOut,
@@ -71,6 +86,10 @@ pub(crate) async fn run(
         _ = live.cancel.cancelled() => Outcome::Ended { state: RunState::Killed, result: "Killed before it finished.".into() },
         outcome = work => outcome,
     };
+    crate::metrics::subagents_live(*gauge.lock().expect("gauge lock"), -1.0);
+    if let Outcome::Ended { state, .. } = &outcome {
+        crate::metrics::subagent_ended(state.as_str());
+    }
     // The run's container goes with it (its workspace stays).
     registry
         .engine
@@ -114,6 +133,7 @@ async fn execute(
     registry: &Arc<Registry>,
     spec: &RunSpec,
     mut steer: mpsc::UnboundedReceiver<String>,
+    activity: Arc<std::sync::Mutex<String>>,
 ) -> Outcome {
     let engine = registry.engine.clone();
     let key = Registry::session_key(&spec.id);
@@ -142,6 +162,7 @@ async fn execute(
         spec.scope.clone(),
         spec.label.clone(),
         spec.status_message,
+        activity,
     ));
     // Its own container (a sandboxed run always; any run when the sandbox is on).
     let exec = engine.exec_place(&key, spec.sandbox);

@@ -161,7 +161,15 @@ impl ToolRegistry {
     /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
     /// tool not in `offered` is refused (the model may not use what it was not given).
     pub async fn call(&self, call: &ToolCall, cx: &ToolContext, offered: &[ToolSpec]) -> String {
+        // The metrics label: a registered tool's own name, never what the model made up.
+        let label = self
+            .tools
+            .iter()
+            .map(|t| t.name())
+            .find(|n| *n == call.name)
+            .unwrap_or("unknown");
         if !offered.iter().any(|t| t.name == call.name) {
+            crate::metrics::tool_call(label, false);
             let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
             return format!(
                 "Error: tool `{}` is not available here; available: {}",
@@ -169,7 +177,10 @@ impl ToolRegistry {
                 names.join(", ")
             );
         }
-        match self.try_call(call, cx).await {
+        let result = self.try_call(call, cx).await;
+        crate::metrics::tool_call(label, result.is_ok());
+        tracing::debug!(tool = label, arguments = %call.arguments, "tool call");
+        match result {
             Ok(text) => text,
             Err(err) => format!("Error: {err}"),
         }

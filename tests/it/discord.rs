@@ -338,7 +338,9 @@ async fn after_the_gateway_drops_it_resumes_readiness_follows_and_messages_are_a
     })
     .await;
     assert_eq!(status, 503);
-    assert!(body.contains("discord"), "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["not_ready"], json!(["discord"]), "{body}");
+    assert_eq!(body["channels"]["discord"], "not connected");
 
     // Back: the shard resumes (or identifies again) by itself; the stand-in replays the last
     // event it had already delivered, which must not be answered twice.

@@ -10,6 +10,7 @@ mod discord;
 mod engine_loop;
 mod hardening;
 mod message_path;
+mod operability;
 mod plan;
 mod providers;
 mod sandbox;

@@ -259,7 +259,7 @@ async fn transcripts_are_windowed_and_archived_by_epoch(store: &dyn Store) {
     );
     assert!(
         store
-            .session_list(10)
+            .session_list(None, 10, 0)
             .await
             .unwrap()
             .iter()
@@ -594,6 +594,50 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         ("done", Some("42"), Some(9), true)
     );
     assert_eq!(store.runs_of(&origin.session_key()).await.unwrap().len(), 1);
+    let recent = store.runs_recent(10).await.unwrap();
+    assert_eq!(recent[0].id, "run1", "the newest run first");
+}
+
+/// The admin API's reads: sessions filtered by a key prefix and paged, the backlog.
+async fn admin_reads_filter_page_and_count(store: &dyn Store) {
+    for (channel, chat) in [
+        ("webhook:a_b", "x"),
+        ("webhook:a_b", "y"),
+        ("webhook:aXb", "z"),
+    ] {
+        let r = route(channel, chat, None);
+        store
+            .session_get_or_create(&r.session_key(), &r, 50)
+            .await
+            .unwrap();
+    }
+    // `_` is not a wildcard: only the two sessions of `webhook:a_b`.
+    let mine = store
+        .session_list(Some("agent:main:webhook:a_b:"), 10, 0)
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    let page2 = store
+        .session_list(Some("agent:main:webhook:a_b:"), 1, 1)
+        .await
+        .unwrap();
+    assert_eq!(page2.len(), 1);
+    assert_ne!(
+        page2[0].key, mine[0].key,
+        "the second page is the other session"
+    );
+    let counts = store.outbox_backlog_counts().await.unwrap();
+    let backlog = store.outbox_backlog(1000).await.unwrap();
+    assert_eq!(
+        counts.iter().map(|(_, n)| *n).sum::<i64>(),
+        backlog.len() as i64,
+        "counts and rows agree: {counts:?}"
+    );
+    assert!(
+        backlog
+            .windows(2)
+            .all(|w| w[0].message.id < w[1].message.id)
+    );
 }
 
 async fn suite(store: Arc<dyn Store>) {
@@ -606,6 +650,7 @@ async fn suite(store: Arc<dyn Store>) {
     outbox_delivery_states_and_conversation_reads(&*store).await;
     pairing_codes_expire_are_limited_and_approve_once(&*store).await;
     runs_finish_and_announce_exactly_once(&*store).await;
+    admin_reads_filter_page_and_count(&*store).await;
 }
 
 #[tokio::test]

@@ -94,11 +94,11 @@ impl Service {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on http://").nth(1) {
+                    // Human lines end the address with a space, JSON lines with a quote.
                     let _ = addr_tx.send(
-                        rest.split_whitespace()
-                            .next()
-                            .unwrap_or_default()
-                            .to_string(),
+                        rest.chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':'))
+                            .collect::<String>(),
                     );
                 }
                 let mut logs = sink.lock().unwrap();

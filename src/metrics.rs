@@ -1,0 +1,106 @@
+//! Prometheus metrics (SPEC section 10) through the `metrics` facade and its Prometheus
+//! exporter: every metric name and label set is here, so labels stay of bounded cardinality
+//! (channel instance names, configured models, tool names, fixed outcomes; never a session,
+//! chat or user id).
+//!
+//! The recorder is installed once per process by [`install`] (a few KB; recording before it is
+//! a no-op). `GET /metrics` renders it, adding the gauges read from storage at scrape time.
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Histogram buckets (seconds) for turn, model-call and first-token latencies.
+const BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Install the process-wide recorder (idempotent); its handle renders the text format.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(BUCKETS)
+            .expect("fixed, non-empty buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder (a test harness) may be installed already; ours then records
+        // nothing, which only affects that process's /metrics.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+/// A platform message journalled for the first time.
+pub fn inbound(channel: &str) {
+    counter!("ferroclaw_inbound_messages_total", "channel" => channel.to_string()).increment(1);
+}
+
+/// A bot message delivered to its platform.
+pub fn outbound(channel: &str) {
+    counter!("ferroclaw_outbound_messages_total", "channel" => channel.to_string()).increment(1);
+}
+
+/// A delivery that will be tried again, or that the platform rejected for good.
+pub fn delivery_failed(channel: &str, retry: bool) {
+    let name = if retry {
+        "ferroclaw_delivery_retries_total"
+    } else {
+        "ferroclaw_delivery_rejected_total"
+    };
+    counter!(name, "channel" => channel.to_string()).increment(1);
+}
+
+/// A turn ended: `answered`, `error` (answered with an error message), `failed` (the turn
+/// could not run), `given_up` (it crashed the process too often).
+pub fn turn(outcome: &'static str, took: Duration) {
+    counter!("ferroclaw_turns_total", "outcome" => outcome).increment(1);
+    histogram!("ferroclaw_turn_duration_seconds").record(took.as_secs_f64());
+}
+
+/// One model call (one attempt) ended.
+pub fn model_call(model: &str, outcome: &'static str, took: Duration) {
+    counter!("ferroclaw_model_calls_total", "model" => model.to_string(), "outcome" => outcome)
+        .increment(1);
+    histogram!("ferroclaw_model_call_duration_seconds", "model" => model.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// The first streamed token of a model call arrived.
+pub fn first_token(model: &str, after: Duration) {
+    histogram!("ferroclaw_time_to_first_token_seconds", "model" => model.to_string())
+        .record(after.as_secs_f64());
+}
+
+/// The chain gave up on `model` and moved to the next one.
+pub fn fallback(model: &str) {
+    counter!("ferroclaw_fallbacks_total", "from" => model.to_string()).increment(1);
+}
+
+/// A tool call ended (`ok` or `error`). `tool` is a registered tool's name or `unknown`.
+pub fn tool_call(tool: &'static str, ok: bool) {
+    let outcome = if ok { "ok" } else { "error" };
+    counter!("ferroclaw_tool_calls_total", "tool" => tool, "outcome" => outcome).increment(1);
+}
+
+/// Live subagents by state (`queued`, `running`): +1 or -1.
+pub fn subagents_live(state: &'static str, delta: f64) {
+    gauge!("ferroclaw_subagents", "state" => state).increment(delta);
+}
+
+/// A subagent run ended in `state` (done, failed, killed, timed_out).
+pub fn subagent_ended(state: &'static str) {
+    counter!("ferroclaw_subagent_runs_total", "state" => state).increment(1);
+}
+
+/// Journal entries waiting in (or running on) session lanes: +1 or -1.
+pub fn lane_depth(delta: f64) {
+    gauge!("ferroclaw_lane_queue_depth").increment(delta);
+}
+
+/// Undelivered bot messages of a channel (read from storage at scrape time).
+pub fn outbox_backlog(channel: &str, count: i64) {
+    gauge!("ferroclaw_outbox_backlog", "channel" => channel.to_string()).set(count as f64);
+}
