@@ -61,6 +61,8 @@ pub struct App {
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
     sandbox: Arc<dyn Sandbox>,
+    /// Deliveries run while true (this process leads).
+    delivery_gate: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl App {
@@ -157,13 +159,27 @@ impl App {
             }
         });
         let mut workers = Vec::new();
+        // Deliveries run in the leading process (see `coordination`); one process leads by
+        // default. On PostgreSQL other processes add messages without waking this one, so
+        // an idle worker looks again every half second.
+        let (delivery_gate, gate) = tokio::sync::watch::channel(true);
+        let max_idle = if config.storage.url.starts_with("postgres") {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(3600)
+        };
         for channel in channels {
             let worker = Arc::new(DeliveryWorker::new(store.clone(), channel, &notifier));
-            worker_tracker.spawn(worker.clone().run(workers_cancel.child_token()));
+            worker_tracker.spawn(worker.clone().run(
+                workers_cancel.child_token(),
+                gate.clone(),
+                max_idle,
+            ));
             workers.push(worker);
         }
         Ok(App {
             config,
+            delivery_gate: Arc::new(delivery_gate),
             sandbox,
             store,
             ingress,
@@ -210,6 +226,11 @@ impl App {
                 tracing::warn!(error = %err, "outbox flush failed");
             }
         }
+    }
+
+    /// Turns deliveries on (true) or leaves them to the leading process (false).
+    pub fn delivery_switch(&self) -> Arc<tokio::sync::watch::Sender<bool>> {
+        self.delivery_gate.clone()
     }
 
     /// With `sandbox.enabled`: connecting to Docker now (remove leftovers, check the image),

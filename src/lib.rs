@@ -14,6 +14,7 @@ pub mod chat;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod coordination;
 pub mod engine;
 pub mod http;
 pub mod http_server;

@@ -44,17 +44,36 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             token,
         )
     });
-    let mut router = crate::server::router(app.store.clone(), app.channels.clone())
-        .merge(crate::admin::router(admin));
     // Ends long polls, event streams and channel tasks once a stop is asked for.
     let stopping = CancellationToken::new();
+    let channel_tasks = TaskTracker::new();
+    // Several processes may share a PostgreSQL database: only the leader polls exclusive
+    // channels and delivers (see `coordination`).
+    let (role, competing) = crate::coordination::start(&config.storage.url, stopping.clone());
+    channel_tasks.spawn(competing);
+    // Channels whose receiving side only the leader runs (their readiness is its business).
+    let led: Vec<String> = built
+        .iter()
+        .filter(|b| b.receiver.exclusive())
+        .flat_map(|b| b.channels.iter().map(|c| c.name().to_string()))
+        .collect();
+    let readiness = crate::server::Readiness {
+        role: role.clone(),
+        led,
+    };
+    let mut router = crate::server::router(app.store.clone(), app.channels.clone(), readiness)
+        .merge(crate::admin::router(admin));
     let messages: Arc<dyn MessageLog> = Arc::new(OutboxLog {
         store: app.store.clone(),
         outbox: app.outbox.clone(),
         turns: app.turns.clone(),
     });
-    let channel_tasks = TaskTracker::new();
+    let mut exclusive = Vec::new();
     for adapter in built {
+        if adapter.receiver.exclusive() {
+            exclusive.push(adapter.receiver);
+            continue;
+        }
         let receiving = adapter.receiver.start(ReceiverContext {
             inbox: app.ingress.clone(),
             messages: messages.clone(),
@@ -69,6 +88,38 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         if let Some(task) = receiving.task {
             channel_tasks.spawn(task);
         }
+    }
+
+    // Leader duties start once this process leads (at once on SQLite).
+    let deliveries = app.delivery_switch();
+    deliveries.send_replace(*role.borrow() == crate::coordination::Role::Leader);
+    {
+        let mut role = role.clone();
+        let (stop, tasks) = (stopping.clone(), channel_tasks.clone());
+        let (inbox, messages) = (app.ingress.clone(), messages.clone());
+        channel_tasks.spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                led = role.wait_for(|r| *r == crate::coordination::Role::Leader) => if led.is_err() { return },
+            }
+            deliveries.send_replace(true);
+            for receiver in exclusive {
+                let receiving = receiver.start(ReceiverContext {
+                    inbox: inbox.clone(),
+                    messages: messages.clone(),
+                    shutdown: stop.clone(),
+                });
+                for line in &receiving.description {
+                    tracing::info!("channel enabled: {line}");
+                }
+                if receiving.router.is_some() {
+                    tracing::error!("an exclusive receiver offered routes; they are not mounted");
+                }
+                if let Some(task) = receiving.task {
+                    tasks.spawn(task);
+                }
+            }
+        });
     }
 
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
@@ -96,8 +147,13 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         drain: Duration::from_secs(config.server.shutdown_grace_secs),
     };
     let stop = stopping.clone();
+    let mut lost = role.clone();
     crate::http_server::serve(listener, router, limits, async move {
-        shutdown_signal().await;
+        tokio::select! {
+            () = shutdown_signal() => {}
+            // Leading without the lock could double work: stop, let a supervisor restart.
+            _ = lost.wait_for(|r| *r == crate::coordination::Role::Lost) => {}
+        }
         // End long polls, event streams and channel tasks so the server can drain.
         stop.cancel();
     })
@@ -109,6 +165,9 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     app.shutdown(Duration::from_secs(config.server.shutdown_grace_secs))
         .await;
     tracing::info!("stopped");
+    if *role.borrow() == crate::coordination::Role::Lost {
+        anyhow::bail!("stopped after losing the leader lock's database connection");
+    }
     Ok(())
 }
 

@@ -16,14 +16,27 @@ use std::sync::Arc;
 struct Health {
     store: Arc<dyn Store>,
     channels: ChannelMap,
+    readiness: Readiness,
 }
 
-pub fn router(store: Arc<dyn Store>, channels: ChannelMap) -> Router {
+/// What readiness needs to know of leadership: a follower does not run the receivers of
+/// `led` channels (the leader does), so their connection is not its readiness.
+#[derive(Clone)]
+pub struct Readiness {
+    pub role: tokio::sync::watch::Receiver<crate::coordination::Role>,
+    pub led: Vec<String>,
+}
+
+pub fn router(store: Arc<dyn Store>, channels: ChannelMap, readiness: Readiness) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(Health { store, channels })
+        .with_state(Health {
+            store,
+            channels,
+            readiness,
+        })
 }
 
 /// The Prometheus text format, with the outbox backlog read from storage now.
@@ -65,7 +78,12 @@ async fn readyz(State(health): State<Health>) -> (StatusCode, Json<Value>) {
     if storage != "ok" {
         not_ready.push("storage".into());
     }
+    let follower = *health.readiness.role.borrow() != crate::coordination::Role::Leader;
     for channel in health.channels.values() {
+        if follower && health.readiness.led.iter().any(|n| n == channel.name()) {
+            channels.insert(channel.name().to_string(), json!("led by another process"));
+            continue;
+        }
         let ready = channel.is_ready();
         channels.insert(
             channel.name().to_string(),

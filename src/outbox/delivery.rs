@@ -61,9 +61,22 @@ impl DeliveryWorker {
     }
 
     /// Deliver until cancelled; then one last pass (the shutdown flush).
-    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+    /// `gate`: deliver only while it is true (the process leads); `max_idle`: the longest
+    /// sleep with nothing due (short where other processes add messages unannounced).
+    pub async fn run(
+        self: Arc<Self>,
+        cancel: CancellationToken,
+        mut gate: tokio::sync::watch::Receiver<bool>,
+        max_idle: Duration,
+    ) {
         let name = self.channel.name().to_string();
         loop {
+            if !*gate.borrow() {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = gate.wait_for(|on| *on) => if r.is_err() { return },
+                }
+            }
             // A panicking adapter must not end this channel's deliveries for good.
             let pass = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(self.pass()));
             let outcome = match pass.await {
@@ -89,14 +102,17 @@ impl DeliveryWorker {
             let sleep = outcome
                 .next_attempt_at
                 .map(|at| Duration::from_millis((at - now_ms()).max(1) as u64))
-                .unwrap_or(Duration::from_secs(3600));
+                .unwrap_or(max_idle)
+                .min(max_idle);
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(sleep) => {}
             }
         }
-        if let Err(err) = self.pass().await {
+        if *gate.borrow()
+            && let Err(err) = self.pass().await
+        {
             tracing::warn!(channel = %name, error = %err, "final outbox flush failed");
         }
     }

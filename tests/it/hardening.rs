@@ -493,7 +493,8 @@ impl DownReceiver {
             &notifier,
         ));
         let cancel = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(worker.run(cancel.clone()));
+        let (_gate, on) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(worker.run(cancel.clone(), on, Duration::from_secs(3600)));
         DownReceiver {
             store,
             channel,

@@ -14,6 +14,7 @@ mod operability;
 mod plan;
 mod providers;
 mod sandbox;
+mod scale_out;
 mod store_conformance;
 mod subagents;
 mod telegram;

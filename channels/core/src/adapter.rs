@@ -81,6 +81,12 @@ pub struct Receiving {
 
 /// The receiving side of an adapter.
 pub trait Receiver: Send {
+    /// True when the platform allows one consumer only (long polling, a gateway session):
+    /// the service then starts it only in the process that leads, and such a receiver
+    /// mounts no routes.
+    fn exclusive(&self) -> bool {
+        false
+    }
     fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving;
 }
 

@@ -113,6 +113,11 @@ struct Gateway {
 }
 
 impl Receiver for Gateway {
+    /// One gateway session per bot token.
+    fn exclusive(&self) -> bool {
+        true
+    }
+
     fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving {
         let shared = Arc::new(gateway::Shared::new(
             cx.inbox,

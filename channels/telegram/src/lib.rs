@@ -143,6 +143,11 @@ struct Updates {
 }
 
 impl Receiver for Updates {
+    /// Long polling allows one consumer; a webhook is served by every process.
+    fn exclusive(&self) -> bool {
+        self.settings.mode == Mode::Polling
+    }
+
     fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving {
         let mode = match self.settings.mode {
             Mode::Polling => "long polling",

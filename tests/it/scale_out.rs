@@ -1,0 +1,127 @@
+//! Two `serve` processes on one PostgreSQL database: one leads (polls Telegram, delivers the
+//! outbox), the other follows (accepts webhooks, runs their turns, stays ready); when the
+//! leader is killed the follower takes over polling and deliveries, and every message is
+//! answered and delivered exactly once.
+
+use crate::common::hook::Hook;
+use crate::common::llm::LlmStandIn;
+use crate::common::pg::fresh_database;
+use crate::common::receiver::Receiver;
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::telegram::{TOKEN, TelegramStandIn, dm};
+use crate::common::wait_for;
+use std::time::Duration;
+
+const SECRET: &str = "scale-secret";
+
+/// Poll `check` until true; false after `timeout` (the caller says what was missing).
+async fn wait_for_or_none(timeout: Duration, check: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_process_leads_polling_and_deliveries_and_a_follower_takes_over_when_it_dies() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let receiver = Receiver::start(0).await;
+    let cfg = config_with_llm(
+        &llm.url,
+        &format!(
+            "[storage]\nurl = \"{database}\"\n\
+             [channels.telegram]\nenabled = true\ntoken_env = \"FC_TG\"\napi_url = \"{}\"\naccess = \"open\"\npoll_timeout_secs = 2\n\
+             [channels.webhook.main]\nsecret_env = \"FC_HOOK\"\ncallback_url = \"{}\"\n",
+            tg.url, receiver.url
+        ),
+    );
+    let env = [("FC_TG", TOKEN), ("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let leader = Service::start(&work_a, &env).await;
+    // The follower is ready although it does not poll: the leader does.
+    let follower = Service::start(&work_b, &env).await;
+    let (status, body) = follower.readyz().await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("led by another process"), "{body}");
+    assert!(follower.logs().contains("another process leads"));
+    assert!(!follower.logs().contains("channel enabled: telegram"));
+    assert!(
+        leader
+            .logs()
+            .contains("channel enabled: telegram (long polling)")
+    );
+
+    // A Telegram message is answered (by the leader); a webhook message sent to the follower
+    // is run there and delivered by the leader.
+    tg.push_message(dm(7, 1, "one"));
+    let follower_hook = Hook::new(&follower, SECRET);
+    let (status, _) = follower_hook
+        .send("c", None, "w1", "via the follower", "?wait=30")
+        .await;
+    assert_eq!(status, 200);
+    wait_for("both answered", Duration::from_secs(20), || async {
+        (tg.texts(7) == ["echo: one"] && receiver.received().len() == 1).then_some(())
+    })
+    .await;
+    // A streamed preview is not yet the delivered reply: wait until nothing is pending
+    // (a preview left by a kill is a known gap, see ARCHITECTURE.md).
+    let store = ferroclaw::storage::connect(&database).await.unwrap();
+    wait_for("the outbox drained", Duration::from_secs(20), || async {
+        store
+            .outbox_backlog_counts()
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+
+    // The leader dies: the follower leads, polls and delivers.
+    leader.kill();
+    wait_for("the follower to lead", Duration::from_secs(20), || async {
+        follower
+            .logs()
+            .contains("channel enabled: telegram (long polling)")
+            .then_some(())
+    })
+    .await;
+    tg.push_message(dm(7, 2, "two"));
+    let (status, _) = follower_hook
+        .send("c", None, "w2", "after the takeover", "?wait=30")
+        .await;
+    assert_eq!(status, 200);
+    let answered = wait_for_or_none(Duration::from_secs(20), || {
+        tg.texts(7).len() == 2 && receiver.received().len() == 2
+    })
+    .await;
+    assert!(
+        answered,
+        "not answered after the takeover: telegram {:?}, callbacks {}; follower logs:\n{}",
+        tg.texts(7),
+        receiver.received().len(),
+        follower.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        tg.texts(7),
+        ["echo: one", "echo: two"],
+        "each answered once"
+    );
+    let texts: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        ["echo: via the follower", "echo: after the takeover"],
+        "each delivered once"
+    );
+    assert_eq!(llm.count(), 4);
+}
