@@ -95,7 +95,12 @@ impl App {
             .map(|c| (c.name().to_string(), c.clone()))
             .collect();
         let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
-        let turns = TurnWatch::default();
+        // A turn another process runs sends no in-process hint: `?wait=` re-reads the journal.
+        let turns = if config.storage.url.starts_with("postgres") {
+            TurnWatch::polling(Duration::from_millis(200))
+        } else {
+            TurnWatch::default()
+        };
         let tools = Arc::new(ToolRegistry::builtin(
             config.tools.web_fetch_allow_private,
             &config.tools.web_fetch_proxy,
@@ -136,7 +141,18 @@ impl App {
             Some(spawner),
             config.subagents.max_chained_turns,
         ));
-        let lanes = Lanes::new(handler.clone(), CancellationToken::new());
+        // Several processes may share a PostgreSQL database: sessions are then worked under
+        // a lease (SQLite is one process: no lease is ever written).
+        let leases = config
+            .storage
+            .url
+            .starts_with("postgres")
+            .then(|| crate::lanes::Leases {
+                store: store.clone(),
+                owner: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+                ttl: Duration::from_secs(config.storage.lease_secs),
+            });
+        let lanes = Lanes::new(handler.clone(), CancellationToken::new(), leases);
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),

@@ -7,7 +7,7 @@
 //! its journal entry pending, to be answered after restart. `/stop` is different: it ends the
 //! running turn through its own token and the turn commits what it finished.
 
-use crate::storage::JournalEntry;
+use crate::storage::{JournalEntry, JournalState, Store};
 use crate::turns::{MAX_TURN_ATTEMPTS, TurnHandler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,11 +38,30 @@ struct Inner {
     /// Soft stop: finish the running turn, start no new one.
     closing: AtomicBool,
     active: watch::Sender<usize>,
+    /// Several processes on one database: sessions are worked under a lease.
+    leases: Option<Leases>,
+    /// Ends the lease sweep (shutdown).
+    sweep_stop: CancellationToken,
+}
+
+/// Session leases (PostgreSQL shared by several processes): a lane works its session only
+/// while it holds the session's lease, taking entries from the journal in order (whichever
+/// process journalled them); a sweep claims sessions with pending entries and no live lease
+/// (a dead process's, or ones nobody claimed).
+pub struct Leases {
+    pub store: Arc<dyn Store>,
+    /// This process.
+    pub owner: String,
+    pub ttl: Duration,
 }
 
 impl Lanes {
-    pub fn new(handler: Arc<TurnHandler>, cancel: CancellationToken) -> Self {
-        Lanes {
+    pub fn new(
+        handler: Arc<TurnHandler>,
+        cancel: CancellationToken,
+        leases: Option<Leases>,
+    ) -> Self {
+        let lanes = Lanes {
             inner: Arc::new(Inner {
                 lanes: Mutex::new(HashMap::new()),
                 handler,
@@ -50,8 +69,33 @@ impl Lanes {
                 cancel,
                 closing: AtomicBool::new(false),
                 active: watch::channel(0).0,
+                leases,
+                sweep_stop: CancellationToken::new(),
             }),
+        };
+        if lanes.inner.leases.is_some() {
+            let inner = lanes.inner.clone();
+            lanes
+                .inner
+                .tracker
+                .spawn(async move { inner.sweep().await });
         }
+        lanes
+    }
+
+    /// Start a lane for a session with no local entry (leased mode: its work is in the
+    /// journal).
+    fn wake(&self, key: String) {
+        let mut lanes = self.inner.lanes.lock().expect("lanes lock");
+        if lanes.contains_key(&key) || self.inner.closing.load(Ordering::Acquire) {
+            return;
+        }
+        lanes.insert(key.clone(), Lane::default());
+        self.inner.active.send_modify(|n| *n += 1);
+        let inner = self.inner.clone();
+        self.inner
+            .tracker
+            .spawn(async move { inner.run_lane(key).await });
     }
 
     /// Queue a journalled message on its session's lane.
@@ -109,6 +153,7 @@ impl Lanes {
     /// Stop taking work, let running turns finish for up to `grace`, then abort the rest.
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.closing.store(true, Ordering::Release);
+        self.inner.sweep_stop.cancel();
         self.inner.tracker.close();
         if tokio::time::timeout(grace, self.inner.tracker.wait())
             .await
@@ -125,6 +170,157 @@ impl Lanes {
 
 impl Inner {
     async fn run_lane(self: Arc<Self>, key: String) {
+        if self.leases.is_some() {
+            self.run_leased_lane(key).await;
+        } else {
+            self.run_local_lane(key).await;
+        }
+        self.active.send_modify(|n| *n -= 1);
+    }
+
+    /// Every quarter lease: claim sessions with pending entries and no live lease.
+    async fn sweep(self: Arc<Self>) {
+        let Some(leases) = &self.leases else { return };
+        let every = (leases.ttl / 4).max(Duration::from_millis(250));
+        let lanes = Lanes {
+            inner: self.clone(),
+        };
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = self.sweep_stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            match leases
+                .store
+                .journal_unleased(crate::clock::now_ms(), 100)
+                .await
+            {
+                Ok(keys) => {
+                    for key in keys {
+                        lanes.wake(key);
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "lease sweep: journal unreadable"),
+            }
+        }
+    }
+
+    /// Leased mode: hold the session's lease (renewed while working), run its pending
+    /// journal entries in order, release it; take again what arrived meanwhile.
+    async fn run_leased_lane(self: &Arc<Self>, key: String) {
+        let leases = self.leases.as_ref().expect("leased mode");
+        let ttl_ms = leases.ttl.as_millis() as i64;
+        loop {
+            let now = crate::clock::now_ms();
+            let held = leases
+                .store
+                .lease_claim(&key, &leases.owner, now, now + ttl_ms)
+                .await;
+            if !matches!(held, Ok(true)) {
+                if let Err(err) = held {
+                    tracing::warn!(session = %key, error = %err, "could not claim a session lease");
+                }
+                // Another process works it (from the journal) or the sweep retries.
+                self.drop_lane(&key);
+                return;
+            }
+            let beat = CancellationToken::new();
+            let heartbeat = {
+                let (beat, store, owner) =
+                    (beat.clone(), leases.store.clone(), leases.owner.clone());
+                let (key, ttl) = (key.clone(), leases.ttl);
+                self.tracker.spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = beat.cancelled() => return,
+                            _ = tokio::time::sleep(ttl / 3) => {}
+                        }
+                        let until = crate::clock::now_ms() + ttl.as_millis() as i64;
+                        if let Err(err) = store.lease_renew(std::slice::from_ref(&key), &owner, until).await {
+                            tracing::warn!(session = %key, error = %err, "could not renew a session lease");
+                        }
+                    }
+                })
+            };
+            let stuck = self.work_journal(&key, leases).await;
+            beat.cancel();
+            let _ = heartbeat.await;
+            if let Err(err) = leases.store.lease_release(&key, &leases.owner).await {
+                tracing::warn!(session = %key, error = %err, "could not release a session lease");
+            }
+            if stuck || self.cancel.is_cancelled() || self.closing.load(Ordering::Acquire) {
+                self.drop_lane(&key);
+                return;
+            }
+            // Journalled while we released it: take it again (or whoever claims first does).
+            if matches!(leases.store.journal_next(&key).await, Ok(Some(_))) {
+                continue;
+            }
+            let mut lanes = self.lanes.lock().expect("lanes lock");
+            match lanes.get(&key) {
+                Some(lane) if !lane.queue.is_empty() => continue,
+                _ => {
+                    lanes.remove(&key);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Run the session's pending entries in journal order while the lease is held. True
+    /// when an entry stays pending after its attempts (left for a later sweep).
+    async fn work_journal(self: &Arc<Self>, key: &str, leases: &Leases) -> bool {
+        loop {
+            if self.cancel.is_cancelled() || self.closing.load(Ordering::Acquire) {
+                return false;
+            }
+            let next = match leases.store.journal_next(key).await {
+                Ok(Some(next)) => next,
+                Ok(None) => return false,
+                Err(err) => {
+                    tracing::warn!(session = %key, error = %err, "journal unreadable; the session is retried later");
+                    return true;
+                }
+            };
+            let stop = CancellationToken::new();
+            let local = {
+                let mut lanes = self.lanes.lock().expect("lanes lock");
+                let lane = lanes.entry(key.to_string()).or_default();
+                lane.running = Some(stop.clone());
+                let at = lane.queue.iter().position(|q| q.id == next.id);
+                at.and_then(|i| lane.queue.remove(i))
+            };
+            if local.is_some() {
+                crate::metrics::lane_depth(-1.0);
+            }
+            // Not submitted here: journalled by another process or left by a dead one, so it
+            // may have run before.
+            let entry = local.unwrap_or(JournalEntry { redo: true, ..next });
+            tokio::select! {
+                _ = self.cancel.cancelled() => return false,
+                () = self.handle_with_retry(&entry, &stop) => {}
+            }
+            if let Some(lane) = self.lanes.lock().expect("lanes lock").get_mut(key) {
+                lane.running = None;
+            }
+            if matches!(
+                leases.store.journal_state(entry.id).await,
+                Ok(Some(JournalState::Pending))
+            ) {
+                return true;
+            }
+        }
+    }
+
+    /// Forget a lane (its entries stay pending in the journal).
+    fn drop_lane(&self, key: &str) {
+        if let Some(lane) = self.lanes.lock().expect("lanes lock").remove(key) {
+            crate::metrics::lane_depth(-(lane.queue.len() as f64));
+        }
+    }
+
+    async fn run_local_lane(self: &Arc<Self>, key: String) {
         loop {
             let stop = CancellationToken::new();
             let next = {
@@ -162,7 +358,6 @@ impl Inner {
                 lane.running = None;
             }
         }
-        self.active.send_modify(|n| *n -= 1);
     }
 
     async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {

@@ -251,6 +251,9 @@ fn validate(
             "must be between 1 and 600".into(),
         );
     }
+    if !(2..=600).contains(&config.storage.lease_secs) {
+        problem("storage.lease_secs", "must be between 2 and 600".into());
+    }
     if config.sandbox.cpus <= 0.0 {
         problem("sandbox.cpus", "must be greater than 0".into());
     }

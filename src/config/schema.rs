@@ -87,12 +87,16 @@ impl Default for ServerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     pub url: String,
+    /// PostgreSQL shared by several processes: how long a session's lease lasts without
+    /// renewal (a dead process's sessions are taken over after this).
+    pub lease_secs: u64,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             url: "sqlite://ferroclaw.db".into(),
+            lease_secs: 10,
         }
     }
 }

@@ -43,7 +43,15 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// aggregate (both share their SQL today, `shared_sql.rs`).
 #[async_trait]
 pub trait Store:
-    JournalStore + SessionStore + OutboxStore + PairingStore + RunStore + EffectStore + Send + Sync
+    JournalStore
+    + SessionStore
+    + OutboxStore
+    + PairingStore
+    + RunStore
+    + EffectStore
+    + LeaseStore
+    + Send
+    + Sync
 {
     /// Apply pending migrations.
     async fn migrate(&self) -> StoreResult<()>;
@@ -69,6 +77,30 @@ pub trait JournalStore: Send + Sync {
     async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
     /// State of one journal entry (`pending` or `done`).
     async fn journal_state(&self, id: i64) -> StoreResult<Option<JournalState>>;
+    /// The oldest pending entry of one session.
+    async fn journal_next(&self, session_key: &str) -> StoreResult<Option<JournalEntry>>;
+    /// Sessions with pending entries whose lease is free or expired at `now_ms`, oldest
+    /// entry first (work another process left, or nobody claimed yet).
+    async fn journal_unleased(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<String>>;
+}
+
+/// Session leases: which process works a session's pending entries (several processes on
+/// one PostgreSQL database).
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Take (or keep) the lease of `session_key` for `owner` until `until_ms`, when it is
+    /// free, expired at `now_ms`, or already `owner`'s. Returns whether `owner` holds it.
+    async fn lease_claim(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Extend `owner`'s leases of `keys`.
+    async fn lease_renew(&self, keys: &[String], owner: &str, until_ms: i64) -> StoreResult<()>;
+    /// Give the lease up (only `owner`'s).
+    async fn lease_release(&self, session_key: &str, owner: &str) -> StoreResult<()>;
 }
 
 /// Sessions, their transcripts, and the one commit of a finished turn.

@@ -236,6 +236,28 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_journal).collect()
             }
 
+            async fn journal_next(&self, session_key: &str) -> $crate::storage::StoreResult<Option<$crate::storage::JournalEntry>> {
+                let row = sqlx::query(
+                    "SELECT id, session_key, payload FROM inbound WHERE session_key = $1 AND state = 'pending' ORDER BY id LIMIT 1",
+                )
+                .bind(session_key)
+                .fetch_optional(&self.read)
+                .await?;
+                row.as_ref().map(Self::decode_journal).transpose()
+            }
+
+            async fn journal_unleased(&self, now_ms: i64, limit: i64) -> $crate::storage::StoreResult<Vec<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT i.session_key FROM inbound i WHERE i.state = 'pending' AND NOT EXISTS \
+                     (SELECT 1 FROM session_leases l WHERE l.session_key = i.session_key AND l.expires_at > $1) \
+                     GROUP BY i.session_key ORDER BY MIN(i.id) LIMIT $2",
+                )
+                .bind(now_ms)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?)
+            }
+
             async fn journal_state(&self, id: i64) -> $crate::storage::StoreResult<Option<$crate::storage::JournalState>> {
                 let state: Option<String> = sqlx::query_scalar("SELECT state FROM inbound WHERE id = $1")
                     .bind(id)
@@ -244,6 +266,53 @@ macro_rules! impl_store {
                 state
                     .map(|s| $crate::storage::states::parse_stored("journal state", &s, $crate::storage::JournalState::parse))
                     .transpose()
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::storage::LeaseStore for $store {
+            async fn lease_claim(&self, session_key: &str, owner: &str, now_ms: i64, until_ms: i64) -> $crate::storage::StoreResult<bool> {
+                // A write with RETURNING: read with fetch_all (see the module note).
+                let held: Vec<String> = sqlx::query_scalar(
+                    "INSERT INTO session_leases (session_key, owner, expires_at) VALUES ($1, $2, $4) \
+                     ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+                     WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= $3 \
+                     RETURNING owner",
+                )
+                .bind(session_key)
+                .bind(owner)
+                .bind(now_ms)
+                .bind(until_ms)
+                .fetch_all(&self.write)
+                .await?;
+                Ok(!held.is_empty())
+            }
+
+            async fn lease_renew(&self, keys: &[String], owner: &str, until_ms: i64) -> $crate::storage::StoreResult<()> {
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE session_leases SET expires_at = ");
+                update.push_bind(until_ms);
+                update.push(" WHERE owner = ");
+                update.push_bind(owner);
+                update.push(" AND session_key IN (");
+                let mut keys_list = update.separated(", ");
+                for key in keys {
+                    keys_list.push_bind(key);
+                }
+                update.push(")");
+                update.build().execute(&self.write).await?;
+                Ok(())
+            }
+
+            async fn lease_release(&self, session_key: &str, owner: &str) -> $crate::storage::StoreResult<()> {
+                sqlx::query("DELETE FROM session_leases WHERE session_key = $1 AND owner = $2")
+                    .bind(session_key)
+                    .bind(owner)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
             }
         }
 

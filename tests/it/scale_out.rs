@@ -4,7 +4,7 @@
 //! answered and delivered exactly once.
 
 use crate::common::hook::Hook;
-use crate::common::llm::LlmStandIn;
+use crate::common::llm::{Behaviour, LlmStandIn, last_user};
 use crate::common::pg::fresh_database;
 use crate::common::receiver::Receiver;
 use crate::common::service::{Service, Workdir, config_with_llm};
@@ -124,4 +124,137 @@ async fn one_process_leads_polling_and_deliveries_and_a_follower_takes_over_when
         "each delivered once"
     );
     assert_eq!(llm.count(), 4);
+}
+
+fn two_process_config(llm: &str, database: &str, callback: &str) -> String {
+    config_with_llm(
+        llm,
+        &format!(
+            "[storage]\nurl = \"{database}\"\nlease_secs = 2\n\
+             [channels.webhook.main]\nsecret_env = \"FC_HOOK\"\ncallback_url = \"{callback}\"\n"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_is_never_worked_by_two_processes_at_once() {
+    let database = fresh_database().await;
+    // Every answer takes a while, so overlapping turns of one session would show.
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::slow(
+            format!("echo: {}", last_user(body)),
+            Duration::from_millis(150),
+        )
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&work_a, &env).await;
+    let b = Service::start(&work_b, &env).await;
+    let hooks = [Hook::new(&a, SECRET), Hook::new(&b, SECRET)];
+    // Three sessions, four messages each, sent at once, alternately to both processes.
+    let mut sends = Vec::new();
+    for i in 0..12 {
+        let hook = &hooks[i % 2];
+        let conversation = format!("s{}", i % 3);
+        let text = format!("{conversation}-msg{i}");
+        sends.push(async move {
+            let (status, body) = hook
+                .send(&conversation, None, &format!("m{i}"), &text, "?wait=60")
+                .await;
+            assert_eq!(status, 200, "{body}");
+        });
+    }
+    futures::future::join_all(sends).await;
+    wait_for("12 callbacks", Duration::from_secs(30), || async {
+        (receiver.received().len() >= 12).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut delivered: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    delivered.sort();
+    let mut expected: Vec<String> = (0..12)
+        .map(|i| format!("echo: s{}-msg{i}", i % 3))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        delivered, expected,
+        "each answered and delivered exactly once"
+    );
+    // Per session, each model call started after the previous one ended.
+    for s in 0..3 {
+        let prefix = format!("s{s}-");
+        let mut calls: Vec<_> = llm
+            .requests()
+            .into_iter()
+            .filter(|r| last_user(&r.body).starts_with(&prefix))
+            .collect();
+        calls.sort_by_key(|r| r.started);
+        assert_eq!(calls.len(), 4, "session s{s}: one model call per message");
+        for pair in calls.windows(2) {
+            let ended = pair[0].finished.expect("finished");
+            assert!(
+                pair[1].started >= ended,
+                "session s{s} was worked twice at once: {:?} started before {:?} ended",
+                last_user(&pair[1].body),
+                last_user(&pair[0].body)
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_process_s_session_is_taken_over_after_its_lease_and_answered_once() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::slow(
+            format!("echo: {}", last_user(body)),
+            Duration::from_millis(1500),
+        )
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&work_a, &env).await;
+    let b = Service::start(&work_b, &env).await;
+    let (status, _) = Hook::new(&a, SECRET)
+        .send("t", None, "m1", "slow question", "")
+        .await;
+    assert_eq!(status, 202);
+    wait_for(
+        "the first process's model call",
+        Duration::from_secs(10),
+        || async { (llm.count() == 1).then_some(()) },
+    )
+    .await;
+    let killed = std::time::Instant::now();
+    a.kill();
+    wait_for(
+        "the answer after the takeover",
+        Duration::from_secs(30),
+        || async { (!receiver.received().is_empty()).then_some(()) },
+    )
+    .await;
+    let takeover = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let texts: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(texts, ["echo: slow question"], "answered once");
+    assert_eq!(llm.count(), 2, "the turn was redone once, by the survivor");
+    assert!(
+        takeover < Duration::from_secs(10),
+        "taken over within the lease and a sweep: {takeover:?}"
+    );
+    assert!(b.logs().contains("outcome=\"answered\""));
 }

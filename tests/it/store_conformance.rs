@@ -640,6 +640,77 @@ async fn admin_reads_filter_page_and_count(store: &dyn Store) {
     );
 }
 
+/// Session leases: one holder at a time, renewed by it, free once expired or released;
+/// the journal's per-session reads.
+async fn leases_have_one_holder_and_expire(store: &dyn Store) {
+    let key = "agent:main:webhook:l:c";
+    assert!(store.lease_claim(key, "a", 100, 200).await.unwrap());
+    assert!(
+        !store.lease_claim(key, "b", 150, 250).await.unwrap(),
+        "held by a"
+    );
+    assert!(
+        store.lease_claim(key, "a", 150, 300).await.unwrap(),
+        "a keeps it"
+    );
+    store
+        .lease_renew(&[key.to_string()], "b", 999)
+        .await
+        .unwrap();
+    assert!(
+        !store.lease_claim(key, "b", 250, 350).await.unwrap(),
+        "b cannot renew a's"
+    );
+    assert!(
+        store.lease_claim(key, "b", 300, 400).await.unwrap(),
+        "expired: b takes it"
+    );
+    store.lease_release(key, "a").await.unwrap();
+    assert!(
+        !store.lease_claim(key, "a", 350, 450).await.unwrap(),
+        "a cannot release b's"
+    );
+    store.lease_release(key, "b").await.unwrap();
+    assert!(
+        store.lease_claim(key, "a", 350, 450).await.unwrap(),
+        "released: free"
+    );
+
+    let r = route("webhook:l", "q", None);
+    let first = match store
+        .journal_insert(&inbound(&r, "1", "one"), &r.session_key(), 5)
+        .await
+        .unwrap()
+    {
+        ferroclaw::storage::JournalInsert::New(e) => e.id,
+        other => panic!("{other:?}"),
+    };
+    store
+        .journal_insert(&inbound(&r, "2", "two"), &r.session_key(), 6)
+        .await
+        .unwrap();
+    let next = store.journal_next(&r.session_key()).await.unwrap().unwrap();
+    assert_eq!(next.id, first, "the oldest pending entry");
+    let unleased = store.journal_unleased(1000, 100).await.unwrap();
+    assert!(unleased.contains(&r.session_key()));
+    assert!(
+        store
+            .lease_claim(&r.session_key(), "a", 1000, 5000)
+            .await
+            .unwrap()
+    );
+    let unleased = store.journal_unleased(1000, 100).await.unwrap();
+    assert!(
+        !unleased.contains(&r.session_key()),
+        "a live lease hides it"
+    );
+    let unleased = store.journal_unleased(6000, 100).await.unwrap();
+    assert!(
+        unleased.contains(&r.session_key()),
+        "an expired one does not"
+    );
+}
+
 async fn suite(store: Arc<dyn Store>) {
     store.migrate().await.unwrap();
     store.migrate().await.expect("migrating twice is a no-op");
@@ -651,6 +722,7 @@ async fn suite(store: Arc<dyn Store>) {
     pairing_codes_expire_are_limited_and_approve_once(&*store).await;
     runs_finish_and_announce_exactly_once(&*store).await;
     admin_reads_filter_page_and_count(&*store).await;
+    leases_have_one_holder_and_expire(&*store).await;
 }
 
 #[tokio::test]
