@@ -131,6 +131,11 @@ impl App {
             config.subagents.clone(),
             engine.clone(),
             parent_turns,
+            config
+                .storage
+                .url
+                .starts_with("postgres")
+                .then(|| Duration::from_secs(config.storage.lease_secs)),
         );
         let spawner: Arc<dyn Spawner> = Arc::new(subagents.clone());
         let handler = Arc::new(TurnHandler::new(
@@ -216,6 +221,7 @@ impl App {
         let names: Vec<String> = self.channels.keys().cloned().collect();
         let pending = self.ingress.recover(&names).await?;
         let runs = self.subagents.recover(&names).await?;
+        self.subagents.keep_leases(names.clone());
         if runs > 0 {
             tracing::info!(runs, "announced subagent runs interrupted by the last stop");
         }

@@ -244,8 +244,12 @@ pub trait RunStore: Send + Sync {
     async fn runs_of(&self, parent_session: &str) -> StoreResult<Vec<RunRow>>;
     /// The newest runs of every session, newest first.
     async fn runs_recent(&self, limit: i64) -> StoreResult<Vec<RunRow>>;
-    /// Runs whose outcome has not been announced (interrupted by a stop), oldest first.
-    async fn runs_unannounced(&self) -> StoreResult<Vec<RunRow>>;
+    /// Runs whose outcome has not been announced (interrupted by a stop), oldest first;
+    /// with `expired_at`, only those whose lease (if any) ended before it (another process
+    /// may still run the others).
+    async fn runs_unannounced(&self, expired_at: Option<i64>) -> StoreResult<Vec<RunRow>>;
+    /// Extend the lease of live runs `ids` (the process running them).
+    async fn runs_lease(&self, ids: &[String], until_ms: i64) -> StoreResult<()>;
     /// Set a run's state (e.g. running) and, when given, its start time and status message.
     async fn run_set_state(
         &self,

@@ -795,11 +795,31 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_run).collect()
             }
 
-            async fn runs_unannounced(&self) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
-                let rows = sqlx::query("SELECT * FROM runs WHERE announced = 0 ORDER BY created_at, id")
-                    .fetch_all(&self.read)
-                    .await?;
+            async fn runs_unannounced(&self, expired_at: Option<i64>) -> $crate::storage::StoreResult<Vec<$crate::storage::RunRow>> {
+                let rows = sqlx::query(
+                    "SELECT * FROM runs WHERE announced = 0 \
+                     AND ($1 IS NULL OR lease_until IS NULL OR lease_until < $1) ORDER BY created_at, id",
+                )
+                .bind(expired_at)
+                .fetch_all(&self.read)
+                .await?;
                 rows.iter().map(Self::decode_run).collect()
+            }
+
+            async fn runs_lease(&self, ids: &[String], until_ms: i64) -> $crate::storage::StoreResult<()> {
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE runs SET lease_until = ");
+                update.push_bind(until_ms);
+                update.push(" WHERE announced = 0 AND id IN (");
+                let mut list = update.separated(", ");
+                for id in ids {
+                    list.push_bind(id);
+                }
+                update.push(")");
+                update.build().execute(&self.write).await?;
+                Ok(())
             }
 
             async fn run_set_state(&self, id: &str, state: $crate::storage::RunState, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {

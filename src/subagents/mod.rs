@@ -86,6 +86,8 @@ pub struct Registry {
     tracker: TaskTracker,
     /// Shutdown: runs stop where they are, unannounced.
     pub(crate) cancel: CancellationToken,
+    /// Several processes on one database: live runs are leased for this long.
+    lease: Option<Duration>,
 }
 
 impl Registry {
@@ -95,6 +97,7 @@ impl Registry {
         config: SubagentsConfig,
         engine: Arc<Engine>,
         parent_turns: mpsc::UnboundedSender<JournalEntry>,
+        lease: Option<Duration>,
     ) -> Arc<Self> {
         Arc::new(Registry {
             hook: Hook::new(&config.hook, Duration::from_secs(config.hook_timeout_secs)),
@@ -107,7 +110,44 @@ impl Registry {
             live: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            lease,
         })
+    }
+
+    /// Leased mode: keep this process's live runs leased, and announce as interrupted the
+    /// runs of `channels` whose lease expired (their process died), every third of a lease.
+    pub fn keep_leases(self: &Arc<Self>, channels: Vec<String>) {
+        let Some(lease) = self.lease else { return };
+        let registry = self.clone();
+        self.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = registry.cancel.cancelled() => return,
+                    _ = tokio::time::sleep(lease / 3) => {}
+                }
+                let ids: Vec<String> = registry
+                    .live
+                    .lock()
+                    .expect("registry lock")
+                    .keys()
+                    .cloned()
+                    .collect();
+                let until = crate::clock::now_ms() + lease.as_millis() as i64;
+                if let Err(err) = registry.store.runs_lease(&ids, until).await {
+                    tracing::warn!(error = %err, "could not renew subagent run leases");
+                }
+                match registry.recover(&channels).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        runs = n,
+                        "announced subagent runs of a process that stopped"
+                    ),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "could not take over expired subagent runs")
+                    }
+                }
+            }
+        });
     }
 
     /// Start the parent's turn for a child's outcome.
@@ -265,6 +305,13 @@ impl Registry {
         };
         let stored = |e: StoreError| SpawnError::Store(e.to_string());
         self.store.run_insert(&row).await.map_err(stored)?;
+        if let Some(lease) = self.lease {
+            let until = crate::clock::now_ms() + lease.as_millis() as i64;
+            self.store
+                .runs_lease(std::slice::from_ref(&id), until)
+                .await
+                .map_err(stored)?;
+        }
         let status_message = self
             .post_status(scope, None, texts::status(&label, RunState::Queued.word()))
             .await
@@ -392,7 +439,15 @@ impl Registry {
     /// Announce runs a previous process left unfinished, as interrupted (once each).
     /// Only runs whose origin chat is on one of `channels` (this process can deliver there).
     pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
-        let rows = self.store.runs_unannounced().await?;
+        // Leased mode: only runs no live process holds (and none of ours).
+        let expired = self.lease.map(|_| crate::clock::now_ms());
+        let rows = self.store.runs_unannounced(expired).await?;
+        let rows: Vec<_> = {
+            let live = self.live.lock().expect("registry lock");
+            rows.into_iter()
+                .filter(|r| !live.contains_key(&r.id))
+                .collect()
+        };
         let mut n = 0;
         for row in rows
             .into_iter()

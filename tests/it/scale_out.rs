@@ -258,3 +258,70 @@ async fn a_killed_process_s_session_is_taken_over_after_its_lease_and_answered_o
     );
     assert!(b.logs().contains("outcome=\"answered\""));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_subagent_of_another_process_is_left_alone_and_announced_once_when_it_dies() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        if user == "hang" {
+            Behaviour::Hang
+        } else if user.starts_with("[Subagent") {
+            Behaviour::reply("noted")
+        } else if crate::common::llm::tool_results(body).is_empty() {
+            Behaviour::tool(
+                "sessions_spawn",
+                serde_json::json!({"task": "hang", "label": "long"}),
+            )
+        } else {
+            Behaviour::reply("spawned")
+        }
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&work_a, &env).await;
+    let (status, _) = Hook::new(&a, SECRET)
+        .send("sub", None, "m1", "go", "?wait=30")
+        .await;
+    assert_eq!(status, 200);
+    wait_for("the child running", Duration::from_secs(10), || async {
+        llm.requests()
+            .iter()
+            .any(|r| last_user(&r.body) == "hang")
+            .then_some(())
+    })
+    .await;
+    // A second process starts while the child runs in the first: it must not call it
+    // interrupted (its lease is live).
+    let b = Service::start(&work_b, &env).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let interrupted = |receiver: &Receiver| {
+        receiver
+            .received()
+            .iter()
+            .filter(|r| {
+                r.body["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("🤖 long — interrupted"))
+            })
+            .count()
+    };
+    assert_eq!(
+        interrupted(&receiver),
+        0,
+        "a live run was announced as interrupted"
+    );
+    a.kill();
+    wait_for(
+        "the dead process's run announced",
+        Duration::from_secs(20),
+        || async { (interrupted(&receiver) == 1).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(interrupted(&receiver), 1, "announced exactly once");
+    drop(b);
+}

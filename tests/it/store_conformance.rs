@@ -535,7 +535,20 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         .await
         .unwrap();
     store.run_set_status_message("run1", 77).await.unwrap();
-    assert_eq!(store.runs_unannounced().await.unwrap().len(), 1);
+    assert_eq!(store.runs_unannounced(None).await.unwrap().len(), 1);
+    store
+        .runs_lease(&["run1".to_string()], 1_000)
+        .await
+        .unwrap();
+    assert!(
+        store.runs_unannounced(Some(999)).await.unwrap().is_empty(),
+        "leased by a live process"
+    );
+    assert_eq!(
+        store.runs_unannounced(Some(1_001)).await.unwrap().len(),
+        1,
+        "its lease expired"
+    );
     let got = store.run_get("run1").await.unwrap().unwrap();
     assert_eq!(
         (
@@ -582,7 +595,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
             .count(),
         1
     );
-    assert!(store.runs_unannounced().await.unwrap().is_empty());
+    assert!(store.runs_unannounced(None).await.unwrap().is_empty());
     let done = store.run_get("run1").await.unwrap().unwrap();
     assert_eq!(
         (
