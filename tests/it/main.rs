@@ -4,6 +4,7 @@
 
 mod common;
 
+mod chaos;
 mod chat_cli;
 mod config_check;
 mod discord;

@@ -1,0 +1,305 @@
+//! The chaos run (short form in CI; `FERROCLAW_CHAOS_SCALE=N` makes it N times longer):
+//! webhook conversations sent to processes that are killed (-9) and restarted over and over,
+//! an LLM that fails a share of requests (429 with Retry-After, 500, slow answers) and a
+//! callback receiver that fails a share of deliveries. At the end every inbound message is
+//! answered exactly once (one bot message per inbound message, never two, none lost) and
+//! every bot message is delivered, in order per conversation. On SQLite with one process and
+//! on PostgreSQL with two, one of them killed repeatedly. A report line gives the figures.
+
+use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::pg::fresh_database;
+use crate::common::service::{Service, Workdir, config_with_llm};
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "chaos-secret";
+
+fn scale() -> usize {
+    std::env::var("FERROCLAW_CHAOS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A callback receiver that answers 503 to every fourth attempt and records the rest.
+#[derive(Default)]
+struct Flaky {
+    attempts: AtomicUsize,
+    /// (receipt time, body) of accepted deliveries.
+    received: Mutex<Vec<(Instant, Value)>>,
+}
+
+async fn flaky(State(state): State<Arc<Flaky>>, body: String) -> StatusCode {
+    if state.attempts.fetch_add(1, Ordering::SeqCst) % 4 == 3 {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    state.received.lock().unwrap().push((Instant::now(), value));
+    StatusCode::OK
+}
+
+async fn start_flaky() -> (String, Arc<Flaky>) {
+    let state = Arc::new(Flaky::default());
+    let app = Router::new()
+        .route("/callback", post(flaky))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/callback", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, state)
+}
+
+/// Post one message, retrying (against any live process) until it is journalled.
+async fn send_until_journalled(
+    bases: &Mutex<Vec<String>>,
+    conversation: &str,
+    id: &str,
+    text: &str,
+) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let body = json!({"conversation_id": conversation, "message_id": id,
+        "sender": {"id": "u-1", "name": "Chaos"}, "text": text})
+    .to_string();
+    for attempt in 0usize.. {
+        let targets = bases.lock().unwrap().clone();
+        if let Some(base) = targets.get(attempt % targets.len().max(1)) {
+            let ts = crate::common::hook::now();
+            let sig = ferroclaw_channel_webhook::sign(SECRET.as_bytes(), ts, body.as_bytes());
+            let sent = client
+                .post(format!("{base}/v1/webhooks/main/messages"))
+                .header("x-ferroclaw-timestamp", ts.to_string())
+                .header("x-ferroclaw-signature", sig)
+                .body(body.clone())
+                .send()
+                .await;
+            if let Ok(r) = sent
+                && matches!(r.status().as_u16(), 200 | 202)
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+struct Report {
+    sent: usize,
+    kills: usize,
+}
+
+/// Run the chaos against `processes` workdirs (all sharing one database); the last one is
+/// killed and restarted over and over while messages flow.
+async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) -> Report {
+    let llm = LlmStandIn::start(|body, n| match n % 9 {
+        2 => Behaviour::Fail {
+            status: 429,
+            body: "{\"error\":{\"message\":\"slow down\"}}".into(),
+            retry_after: Some(0),
+        },
+        5 => Behaviour::fail(500, "{\"error\":{\"message\":\"boom\"}}"),
+        _ => Behaviour::slow(
+            format!("echo: {}", last_user(body)),
+            Duration::from_millis(20 + (n % 5) as u64 * 20),
+        ),
+    })
+    .await;
+    let (callback, receiver) = start_flaky().await;
+    let cfg = cfg_for(&llm.url).replace("%CALLBACK%", &callback);
+    let env = [("FC_HOOK", SECRET)];
+    let works: Vec<Workdir> = (0..processes).map(|_| Workdir::new(&cfg)).collect();
+    // The victim starts first, so on PostgreSQL the first kill takes the leader (polling and
+    // deliveries move to the other process); later kills take a follower.
+    let victim_work = &works[processes - 1];
+    let mut victim = Some(Service::start(victim_work, &env).await);
+    let mut stable = Vec::new();
+    for work in &works[..processes - 1] {
+        stable.push(Service::start(work, &env).await);
+    }
+    let bases = Arc::new(Mutex::new(
+        stable
+            .iter()
+            .chain(victim.iter())
+            .map(|s| s.base.clone())
+            .collect::<Vec<_>>(),
+    ));
+
+    let conversations = 6 * scale();
+    let per_conversation = 5 * scale();
+    let min_kills = 3 * scale();
+    let sending_done = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (bases, done) = (bases.clone(), sending_done.clone());
+        tokio::spawn(async move {
+            let mut all = Vec::new();
+            for c in 0..conversations {
+                let bases = bases.clone();
+                all.push(tokio::spawn(async move {
+                    for i in 0..per_conversation {
+                        let conversation = format!("chaos-{c}");
+                        let text = format!("{conversation} message {i}");
+                        send_until_journalled(&bases, &conversation, &format!("m{i}"), &text).await;
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }));
+            }
+            for task in all {
+                task.await.unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    // Kill and restart the victim while messages flow (and a little after).
+    let mut kills = 0;
+    let stable_bases: Vec<String> = stable.iter().map(|s| s.base.clone()).collect();
+    while !sending_done.load(Ordering::SeqCst) || kills < min_kills {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if let Some(service) = victim.take() {
+            *bases.lock().unwrap() = stable_bases.clone();
+            service.kill();
+            kills += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let service = Service::start(victim_work, &env).await;
+        let mut live = stable_bases.clone();
+        live.push(service.base.clone());
+        *bases.lock().unwrap() = live;
+        victim = Some(service);
+    }
+    sender.await.unwrap();
+
+    // Every inbound message answered and delivered.
+    let sent = conversations * per_conversation;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let replies = loop {
+        let mut replies: BTreeMap<(String, String), HashSet<String>> = BTreeMap::new();
+        for (_, body) in receiver.received.lock().unwrap().iter() {
+            if let (Some(c), Some(r), Some(id)) = (
+                body["conversation_id"].as_str(),
+                body["in_reply_to"].as_str(),
+                body["id"].as_str(),
+            ) {
+                replies
+                    .entry((c.to_string(), r.to_string()))
+                    .or_default()
+                    .insert(id.to_string());
+            }
+        }
+        if replies.len() >= sent || Instant::now() > deadline {
+            break replies;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let received = receiver.received.lock().unwrap().clone();
+    let lost = sent - replies.len();
+    let duplicates = replies.values().filter(|ids| ids.len() > 1).count();
+    let distinct: HashSet<&str> = received
+        .iter()
+        .filter_map(|(_, b)| b["id"].as_str())
+        .collect();
+    let redeliveries = received.len() - distinct.len();
+    // Per conversation, replies arrive in the order the messages were sent.
+    let mut out_of_order = Vec::new();
+    for c in 0..conversations {
+        let conversation = format!("chaos-{c}");
+        let mut seen = Vec::new();
+        for (_, body) in &received {
+            if body["conversation_id"] == conversation.as_str() {
+                let r = body["in_reply_to"].as_str().unwrap_or_default().to_string();
+                if !seen.contains(&r) {
+                    seen.push(r);
+                }
+            }
+        }
+        let expected: Vec<String> = (0..per_conversation).map(|i| format!("m{i}")).collect();
+        if seen != expected {
+            out_of_order.push((conversation, seen));
+        }
+    }
+    let longest_gap = received
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "chaos ({label}): sent {sent}, answered {}, delivered {}, duplicates {duplicates}, lost {lost}, \
+         redeliveries of one message {redeliveries}, kills survived {kills}, longest pause between deliveries {:.1} s, \
+         model calls {}, callback attempts {}",
+        replies.len(),
+        distinct.len(),
+        longest_gap.as_secs_f64(),
+        llm.count(),
+        receiver.attempts.load(Ordering::SeqCst),
+    );
+    assert_eq!(
+        lost,
+        0,
+        "messages never answered: {:?}",
+        missing(&replies, conversations, per_conversation)
+    );
+    assert_eq!(duplicates, 0, "messages answered twice");
+    assert!(
+        out_of_order.is_empty(),
+        "replies out of order: {out_of_order:?}"
+    );
+    drop(stable);
+    drop(victim);
+    Report { sent, kills }
+}
+
+fn missing(
+    replies: &BTreeMap<(String, String), HashSet<String>>,
+    conversations: usize,
+    per: usize,
+) -> Vec<(String, String)> {
+    let mut gone = Vec::new();
+    for c in 0..conversations {
+        for i in 0..per {
+            let key = (format!("chaos-{c}"), format!("m{i}"));
+            if !replies.contains_key(&key) {
+                gone.push(key);
+            }
+        }
+    }
+    gone
+}
+
+fn base_config(llm: &str, storage: &str) -> String {
+    config_with_llm(
+        llm,
+        &format!(
+            "{storage}\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\ncallback_url = \"%CALLBACK%\"\n"
+        ),
+    )
+    .replace("retries_per_model = 0", "retries_per_model = 3")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_on_sqlite_one_process_killed_repeatedly() {
+    let report = chaos(|llm| base_config(llm, ""), 1, "SQLite, one process").await;
+    assert!(report.kills >= 3 && report.sent >= 30);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_on_postgres_two_processes_one_killed_repeatedly() {
+    let database = fresh_database().await;
+    let storage = format!("[storage]\nurl = \"{database}\"\nlease_secs = 2\n");
+    let report = chaos(
+        |llm| base_config(llm, &storage),
+        2,
+        "PostgreSQL, two processes",
+    )
+    .await;
+    assert!(report.kills >= 3 && report.sent >= 30);
+}
