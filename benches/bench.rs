@@ -24,6 +24,8 @@ async fn main() {
     let conversations: usize = arg("--conversations").unwrap_or(100);
     let history: usize = arg("--history").unwrap_or(1000);
 
+    // Thousands of connections in flight (stand-ins and the service alike).
+    ferroclaw::http_server::raise_file_limit();
     let llm = start_llm().await;
     let receiver = Receiver::start().await;
 
@@ -32,7 +34,7 @@ async fn main() {
     for _ in 0..10 {
         let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
-        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url).await;
+        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
         wait_ready(&base).await;
         ready.push(started.elapsed());
         stop(child);
@@ -46,7 +48,7 @@ async fn main() {
 
     // 2. Idle memory, load, memory after load.
     let dir = tempfile::tempdir().unwrap();
-    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url).await;
+    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
     wait_ready(&base).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     println!("idle RSS: {:.1} MB", rss_mb(child.id(), "VmRSS"));
@@ -112,8 +114,114 @@ async fn main() {
     );
     stop(child);
 
-    // 4. The sandbox: `exec` call to first output, on a cold and on a warm container.
+    // 4. Load that grows: many conversations in flight at once, each answer streamed over
+    // 3 s by the model.
+    in_flight(&bin, arg("--inflight").unwrap_or(10_000)).await;
+
+    // 5. The sandbox: `exec` call to first output, on a cold and on a warm container.
     sandbox_first_output().await;
+}
+
+/// `n` conversations sent at once against a model that streams each answer over 3 s: peak
+/// memory, time until all are answered, CPU per turn.
+async fn in_flight(bin: &std::path::Path, n: usize) {
+    let llm = start_slow_llm(Duration::from_secs(3)).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Every turn's model call in flight at once (no cap on concurrent requests).
+    let (child, base) = spawn(
+        bin,
+        dir.path(),
+        &llm,
+        &receiver.url,
+        "[fallback]\nmax_concurrent_requests = 0\n",
+    )
+    .await;
+    wait_ready(&base).await;
+    let pid = child.id();
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampling = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                let kb = (rss_mb(pid, "VmRSS") * 1024.0) as u64;
+                peak.fetch_max(kb, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(128)
+        .build()
+        .unwrap();
+    let cpu_before = cpu_secs(pid);
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for _ in 0..128 {
+        let (client, base, next) = (client.clone(), base.clone(), next.clone());
+        senders.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                send(&client, &base, &format!("f{i}"), &format!("q{i}"), "hello").await;
+            }
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    let accepted = started.elapsed();
+    receiver.wait_for(n).await;
+    let elapsed = started.elapsed();
+    let cpu = cpu_secs(pid) - cpu_before;
+    sampling.abort();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "{n} conversations in flight (answers streamed over 3 s): all accepted in {:.1} s, all answered in {:.1} s, \
+         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS after {:.0} MB, service CPU per turn {:.3} ms",
+        accepted.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        (peak.load(Ordering::Relaxed) as f64 - 15.0 * 1024.0) / n as f64,
+        rss_mb(pid, "VmRSS"),
+        cpu * 1000.0 / n as f64
+    );
+    stop(child);
+}
+
+/// An OpenAI-compatible stand-in that streams a short answer in ten pieces over `over`.
+async fn start_slow_llm(over: Duration) -> String {
+    let gap = over / 10;
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move || async move {
+            let pieces = futures::stream::unfold(0u32, move |i| async move {
+                if i > 10 {
+                    return None;
+                }
+                if i > 0 {
+                    tokio::time::sleep(gap).await;
+                }
+                let chunk = if i < 10 {
+                    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{i} \"}}}}]}}\n\n")
+                } else {
+                    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":10}}\n\ndata: [DONE]\n\n".to_string()
+                };
+                Some((Ok::<_, std::convert::Infallible>(chunk), i + 1))
+            });
+            (
+                [("content-type", "text/event-stream")],
+                axum::body::Body::from_stream(pieces),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
 }
 
 /// Records when the first output arrived.
@@ -192,6 +300,7 @@ async fn spawn(
     dir: &std::path::Path,
     llm: &str,
     callback: &str,
+    extra: &str,
 ) -> (Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -200,7 +309,7 @@ async fn spawn(
         .port();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n\
-         [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n"
+         [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n{extra}"
     );
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let child = Command::new(bin)
@@ -328,7 +437,7 @@ impl Receiver {
     }
 
     async fn wait_for(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(600);
         while self.count() < n {
             let _ = tokio::time::timeout(Duration::from_millis(5), self.notify.notified()).await;
             assert!(

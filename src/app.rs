@@ -94,7 +94,27 @@ impl App {
             .iter()
             .map(|c| (c.name().to_string(), c.clone()))
             .collect();
-        let notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
+        let workers_cancel = CancellationToken::new();
+        let worker_tracker = TaskTracker::new();
+        // Several processes on one PostgreSQL database hear each other's `/stop` and outbox
+        // wake-ups (what a heard signal does is wired below, once the lanes exist).
+        let postgres = config.storage.url.starts_with("postgres");
+        let (heard_tx, mut heard_rx) = tokio::sync::mpsc::unbounded_channel();
+        let signals = postgres.then(|| {
+            let (signals, signalling) = crate::signals::start(
+                &config.storage.url,
+                workers_cancel.child_token(),
+                move |signal| {
+                    let _ = heard_tx.send(signal);
+                },
+            );
+            worker_tracker.spawn(signalling);
+            signals
+        });
+        let mut notifier = OutboxNotifier::new(channel_map.keys().map(String::as_str));
+        if let Some(signals) = &signals {
+            notifier = notifier.with_remote(signals.clone());
+        }
         // A turn another process runs sends no in-process hint: `?wait=` re-reads the journal.
         let turns = if config.storage.url.starts_with("postgres") {
             TurnWatch::polling(Duration::from_millis(200))
@@ -158,14 +178,44 @@ impl App {
                 ttl: Duration::from_secs(config.storage.lease_secs),
             });
         let lanes = Lanes::new(handler.clone(), CancellationToken::new(), leases);
-        let ingress = Arc::new(Ingress::new(
-            store.clone(),
-            lanes.clone(),
-            handler,
-            access_from(access),
-        ));
-        let workers_cancel = CancellationToken::new();
-        let worker_tracker = TaskTracker::new();
+        let ingress = Arc::new(
+            Ingress::new(
+                store.clone(),
+                lanes.clone(),
+                handler.clone(),
+                access_from(access),
+            )
+            .with_signals(signals),
+        );
+        {
+            let (cancel, lanes, notifier) = (
+                workers_cancel.child_token(),
+                lanes.clone(),
+                notifier.clone(),
+            );
+            worker_tracker.spawn(async move {
+                loop {
+                    let signal = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        signal = heard_rx.recv() => match signal {
+                            Some(signal) => signal,
+                            None => return,
+                        },
+                    };
+                    match signal {
+                        crate::signals::Signal::Stop { session } => {
+                            handler.stop_chain(&session);
+                            let stopped = lanes.stop(&session);
+                            let killed = handler.kill_subagents(&session);
+                            if stopped || killed > 0 {
+                                tracing::info!(session = %session, killed, "stopped on another process's /stop");
+                            }
+                        }
+                        crate::signals::Signal::Outbox { channel } => notifier.kick_here(&channel),
+                    }
+                }
+            });
+        }
         let forward_cancel = workers_cancel.child_token();
         let forward_to = lanes.clone();
         worker_tracker.spawn(async move {

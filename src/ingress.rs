@@ -17,6 +17,8 @@ pub struct Ingress {
     lanes: Lanes,
     handler: Arc<TurnHandler>,
     access: Access,
+    /// Other processes on the same database (PostgreSQL).
+    signals: Option<crate::signals::Signals>,
 }
 
 impl Ingress {
@@ -31,7 +33,14 @@ impl Ingress {
             lanes,
             handler,
             access,
+            signals: None,
         }
+    }
+
+    /// Tell other processes on the same database about `/stop` (they may run the turn).
+    pub fn with_signals(mut self, signals: Option<crate::signals::Signals>) -> Self {
+        self.signals = signals;
+        self
     }
 
     /// Dispatch every journal entry not yet answered whose channel is in `channels`.
@@ -73,7 +82,15 @@ impl Ingress {
             self.handler.stop_chain(&entry.session_key);
             let stopped = self.lanes.stop(&entry.session_key);
             let killed = self.handler.kill_subagents(&entry.session_key);
+            if let Some(signals) = &self.signals {
+                signals.send(crate::signals::Signal::Stop {
+                    session: entry.session_key.clone(),
+                });
+            }
             let text = match (stopped, killed) {
+                (false, 0) if self.signals.is_some() => {
+                    "⏹ Nothing runs here; the stop went to the other processes.".to_string()
+                }
                 (false, 0) => "Nothing is running.".to_string(),
                 (true, 0) => "⏹ Stopped the running turn.".to_string(),
                 (false, n) => format!("⏹ Stopping {n} subagent(s)."),

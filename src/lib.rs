@@ -29,6 +29,7 @@ pub mod recent_errors;
 pub mod sandbox;
 pub mod serve;
 pub mod server;
+pub mod signals;
 pub mod spawn;
 pub mod storage;
 pub mod subagents;

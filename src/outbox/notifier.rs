@@ -9,6 +9,8 @@ pub struct OutboxNotifier {
     by_channel: Arc<HashMap<String, Arc<Notify>>>,
     /// Channel names with new messages, for readers other than the worker (event streams).
     observers: broadcast::Sender<String>,
+    /// Other processes on the same database (PostgreSQL): they deliver or stream too.
+    remote: Option<crate::signals::Signals>,
 }
 
 impl OutboxNotifier {
@@ -21,7 +23,14 @@ impl OutboxNotifier {
                     .collect(),
             ),
             observers: broadcast::channel(256).0,
+            remote: None,
         }
+    }
+
+    /// Also tell other processes about every kick.
+    pub fn with_remote(mut self, signals: crate::signals::Signals) -> Self {
+        self.remote = Some(signals);
+        self
     }
 
     /// Hear about every kick (a hint to re-read the outbox).
@@ -29,8 +38,19 @@ impl OutboxNotifier {
         self.observers.subscribe()
     }
 
-    /// Wake the worker of `channel` (a no-op for channels without a worker).
+    /// Wake the worker of `channel` (a no-op for channels without a worker), here and in
+    /// the other processes.
     pub fn kick(&self, channel: &str) {
+        if let Some(remote) = &self.remote {
+            remote.send(crate::signals::Signal::Outbox {
+                channel: channel.to_string(),
+            });
+        }
+        self.kick_here(channel);
+    }
+
+    /// Wake this process's worker and readers only (a kick heard from another process).
+    pub fn kick_here(&self, channel: &str) {
         if let Some(notify) = self.by_channel.get(channel) {
             notify.notify_one();
         }

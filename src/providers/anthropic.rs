@@ -72,7 +72,7 @@ impl AnthropicProvider {
             body["tools"] = request
                 .tools
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters.as_ref()}))
                 .collect();
         }
         body

@@ -79,7 +79,8 @@ impl ChatMessage {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub parameters: serde_json::Value,
+    /// Shared: built once per tool, not per turn (thousands of waiting turns hold specs).
+    pub parameters: std::sync::Arc<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

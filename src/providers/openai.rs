@@ -54,7 +54,7 @@ impl OpenAiProvider {
             body["tools"] = request
                 .tools
                 .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters.as_ref()}}))
                 .collect();
         }
         body

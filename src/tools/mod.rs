@@ -93,6 +93,8 @@ pub trait Tool: Send + Sync {
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
     validators: HashMap<&'static str, jsonschema::Validator>,
+    /// Each tool's spec, built once (a turn clones names and shares the schemas).
+    specs: Vec<ToolSpec>,
 }
 
 impl ToolRegistry {
@@ -105,7 +107,19 @@ impl ToolRegistry {
                 (t.name(), validator)
             })
             .collect();
-        ToolRegistry { tools, validators }
+        let specs = tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().into(),
+                description: t.description().into(),
+                parameters: Arc::new(t.schema()),
+            })
+            .collect();
+        ToolRegistry {
+            tools,
+            validators,
+            specs,
+        }
     }
 
     /// The built-in tools for this configuration. `exec` is always registered; each agent is
@@ -145,12 +159,9 @@ impl ToolRegistry {
     fn specs_where(&self, keep: impl Fn(&dyn Tool) -> bool) -> Vec<ToolSpec> {
         self.tools
             .iter()
-            .filter(|t| keep(t.as_ref()))
-            .map(|t| ToolSpec {
-                name: t.name().into(),
-                description: t.description().into(),
-                parameters: t.schema(),
-            })
+            .zip(&self.specs)
+            .filter(|(t, _)| keep(t.as_ref()))
+            .map(|(_, spec)| spec.clone())
             .collect()
     }
 

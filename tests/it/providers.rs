@@ -18,7 +18,7 @@ fn request() -> ChatRequest {
         tools: vec![ToolSpec {
             name: "lookup".into(),
             description: "d".into(),
-            parameters: json!({"type":"object"}),
+            parameters: std::sync::Arc::new(json!({"type":"object"})),
         }],
     }
 }

@@ -325,3 +325,52 @@ async fn a_live_subagent_of_another_process_is_left_alone_and_announced_once_whe
     assert_eq!(interrupted(&receiver), 1, "announced exactly once");
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_sent_to_one_process_ends_the_turn_running_in_the_other() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::start(|body, _| {
+        if last_user(body) == "take forever" {
+            Behaviour::Hang
+        } else {
+            Behaviour::reply(format!("echo: {}", last_user(body)))
+        }
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&work_a, &env).await;
+    let b = Service::start(&work_b, &env).await;
+    let (status, _) = Hook::new(&a, SECRET)
+        .send("st", None, "m1", "take forever", "")
+        .await;
+    assert_eq!(status, 202);
+    wait_for(
+        "the hanging model call in the first process",
+        Duration::from_secs(10),
+        || async { (llm.count() == 1).then_some(()) },
+    )
+    .await;
+    let hook_b = Hook::new(&b, SECRET);
+    let (status, body) = hook_b.send("st", None, "m2", "/stop", "?wait=10").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["replies"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("other processes")),
+        "{body}"
+    );
+    // Without the stop the next message would wait behind the hanging turn (30 s timeout).
+    let (status, body) = hook_b
+        .send("st", None, "m3", "after the stop", "?wait=10")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replies"][0]["text"], "echo: after the stop", "{body}");
+    assert!(
+        a.logs().contains("stopped on another process's /stop"),
+        "{}",
+        a.logs()
+    );
+}

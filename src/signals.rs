@@ -1,0 +1,128 @@
+//! Signals between `serve` processes on one PostgreSQL database (`LISTEN/NOTIFY` on the
+//! channel `ferroclaw`): `/stop` reaches the process running the session's turn and its
+//! subagents, and a commit's outbox wake-up reaches the process that delivers and every
+//! process serving an event stream. Each process hears its own notifications too and
+//! ignores them by origin. SQLite (one process) has none of this.
+//!
+//! Knows the database URL and the signal shapes; the composition root decides what a
+//! signal does (see `App`).
+
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const CHANNEL: &str = "ferroclaw";
+
+/// What one process tells the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Signal {
+    /// `/stop` for a session: end its running turn and kill its subagents.
+    Stop { session: String },
+    /// New bot messages were committed for a channel.
+    Outbox { channel: String },
+}
+
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    origin: String,
+    #[serde(flatten)]
+    signal: Signal,
+}
+
+/// The sending side: queues signals for the notifying task (never blocks a caller).
+#[derive(Clone)]
+pub struct Signals {
+    tx: mpsc::UnboundedSender<Signal>,
+}
+
+impl Signals {
+    pub fn send(&self, signal: Signal) {
+        let _ = self.tx.send(signal);
+    }
+}
+
+/// Start signalling on `url`: the sender, and the task that notifies and listens (calling
+/// `heard` for every signal of another process) until `cancel`.
+pub fn start(
+    url: &str,
+    cancel: CancellationToken,
+    heard: impl Fn(Signal) + Send + Sync + 'static,
+) -> (
+    Signals,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let origin = uuid::Uuid::new_v4().simple().to_string();
+    let url = url.to_string();
+    (Signals { tx }, run(url, origin, rx, cancel, heard))
+}
+
+async fn run(
+    url: String,
+    origin: String,
+    mut outgoing: mpsc::UnboundedReceiver<Signal>,
+    cancel: CancellationToken,
+    heard: impl Fn(Signal) + Send + Sync + 'static,
+) {
+    let pool = match PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&url)
+    {
+        Ok(pool) => pool,
+        Err(err) => {
+            tracing::error!(error = %err, "signals: bad database URL; other processes will not hear /stop or wake-ups");
+            return;
+        }
+    };
+    loop {
+        let mut listener = match PgListener::connect(&url).await {
+            Ok(l) => l,
+            Err(err) => {
+                tracing::warn!(error = %err, "signals: cannot listen; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        if let Err(err) = listener.listen(CHANNEL).await {
+            tracing::warn!(error = %err, "signals: LISTEN failed; retrying");
+            continue;
+        }
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                next = outgoing.recv() => {
+                    let Some(signal) = next else { return };
+                    let payload = serde_json::to_string(&Envelope { origin: origin.clone(), signal })
+                        .expect("plain data serialises");
+                    if let Err(err) = sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(CHANNEL)
+                        .bind(payload)
+                        .execute(&pool)
+                        .await
+                    {
+                        tracing::warn!(error = %err, "signals: NOTIFY failed");
+                    }
+                }
+                received = listener.recv() => match received {
+                    Ok(note) => {
+                        if let Ok(envelope) = serde_json::from_str::<Envelope>(note.payload())
+                            && envelope.origin != origin
+                        {
+                            heard(envelope.signal);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "signals: connection lost; listening again");
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
