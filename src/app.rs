@@ -156,6 +156,7 @@ impl App {
                 .url
                 .starts_with("postgres")
                 .then(|| Duration::from_secs(config.storage.lease_secs)),
+            signals.clone(),
         );
         let spawner: Arc<dyn Spawner> = Arc::new(subagents.clone());
         let handler = Arc::new(TurnHandler::new(
@@ -188,10 +189,11 @@ impl App {
             .with_signals(signals),
         );
         {
-            let (cancel, lanes, notifier) = (
+            let (cancel, lanes, notifier, registry) = (
                 workers_cancel.child_token(),
                 lanes.clone(),
                 notifier.clone(),
+                subagents.clone(),
             );
             worker_tracker.spawn(async move {
                 loop {
@@ -209,6 +211,17 @@ impl App {
                             let killed = handler.kill_subagents(&session);
                             if stopped || killed > 0 {
                                 tracing::info!(session = %session, killed, "stopped on another process's /stop");
+                            }
+                        }
+                        crate::signals::Signal::Kill { session, target } => {
+                            let killed = registry.kill_here(&session, &target);
+                            if killed > 0 {
+                                tracing::info!(session = %session, killed, "killed subagents on another process's request");
+                            }
+                        }
+                        crate::signals::Signal::Steer { session, target, message } => {
+                            if registry.steer_here(&session, &target, &message).is_ok() {
+                                tracing::info!(session = %session, "steered a subagent on another process's request");
                             }
                         }
                         crate::signals::Signal::Outbox { channel } => notifier.kick_here(&channel),

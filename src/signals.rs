@@ -1,6 +1,6 @@
 //! Signals between `serve` processes on one PostgreSQL database (`LISTEN/NOTIFY` on the
 //! channel `ferroclaw`): `/stop` reaches the process running the session's turn and its
-//! subagents, and a commit's outbox wake-up reaches the process that delivers and every
+//! subagents, `/subagents kill|steer` the process running the child, and a commit's outbox wake-up reaches the process that delivers and every
 //! process serving an event stream. Each process hears its own notifications too and
 //! ignores them by origin. SQLite (one process) has none of this.
 //!
@@ -21,6 +21,14 @@ const CHANNEL: &str = "ferroclaw";
 pub enum Signal {
     /// `/stop` for a session: end its running turn and kill its subagents.
     Stop { session: String },
+    /// `/subagents kill` (or the tool) for children running in another process.
+    Kill { session: String, target: String },
+    /// `/subagents steer` for a child running in another process.
+    Steer {
+        session: String,
+        target: String,
+        message: String,
+    },
     /// New bot messages were committed for a channel.
     Outbox { channel: String },
 }

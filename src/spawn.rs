@@ -100,6 +100,10 @@ pub trait Spawner: Send + Sync {
     fn kill(&self, parent_session: &str, target: &str) -> usize;
     /// Interrupt a child's current step and continue with `message`.
     fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError>;
+    /// True when children may also run in other processes (which were told of a kill).
+    fn spans_processes(&self) -> bool {
+        false
+    }
     /// Block until a child ends (or `timeout`).
     async fn wait(
         &self,

@@ -179,7 +179,14 @@ impl Engine {
             },
             ("kill", Some(target), _) => {
                 let n = registry.kill(session_key, target);
-                (OutboundKind::Status, format!("Killing {n} subagent(s)."))
+                let text = if n == 0 && registry.spans_processes() {
+                    format!(
+                        "No subagent `{target}` runs in this process; the others were told to kill it."
+                    )
+                } else {
+                    format!("Killing {n} subagent(s).")
+                };
+                (OutboundKind::Status, text)
             }
             ("steer", Some(target), Some(message)) => {
                 match registry.steer(session_key, target, message) {

@@ -88,6 +88,8 @@ pub struct Registry {
     pub(crate) cancel: CancellationToken,
     /// Several processes on one database: live runs are leased for this long.
     lease: Option<Duration>,
+    /// Several processes: kills and steers for children running elsewhere.
+    signals: Option<crate::signals::Signals>,
 }
 
 impl Registry {
@@ -98,6 +100,7 @@ impl Registry {
         engine: Arc<Engine>,
         parent_turns: mpsc::UnboundedSender<JournalEntry>,
         lease: Option<Duration>,
+        signals: Option<crate::signals::Signals>,
     ) -> Arc<Self> {
         Arc::new(Registry {
             hook: Hook::new(&config.hook, Duration::from_secs(config.hook_timeout_secs)),
@@ -111,6 +114,7 @@ impl Registry {
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
             lease,
+            signals,
         })
     }
 
@@ -473,6 +477,31 @@ impl Registry {
         self.tracker.wait().await;
     }
 
+    /// Kill this process's children of a session matching `target`; how many.
+    pub fn kill_here(&self, parent_session: &str, target: &str) -> usize {
+        let runs = self.find(parent_session, target);
+        for run in &runs {
+            run.cancel.cancel();
+        }
+        runs.len()
+    }
+
+    /// Steer this process's child of a session matching `target`.
+    pub fn steer_here(
+        &self,
+        parent_session: &str,
+        target: &str,
+        message: &str,
+    ) -> Result<(), SpawnError> {
+        let runs = self.find(parent_session, target);
+        let run = runs.first().ok_or_else(|| {
+            SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
+        })?;
+        run.steer
+            .send(message.to_string())
+            .map_err(|_| SpawnError::NotFound("that subagent has already ended".into()))
+    }
+
     /// Every live run (queued or running), oldest first by id order of the map.
     pub fn live_runs(&self) -> Vec<LiveRunView> {
         let runs = self.live.lock().expect("registry lock");
@@ -515,21 +544,34 @@ impl Spawner for Arc<Registry> {
     }
 
     fn kill(&self, parent_session: &str, target: &str) -> usize {
-        let runs = self.find(parent_session, target);
-        for run in &runs {
-            run.cancel.cancel();
+        if let Some(signals) = &self.signals {
+            signals.send(crate::signals::Signal::Kill {
+                session: parent_session.to_string(),
+                target: target.to_string(),
+            });
         }
-        runs.len()
+        self.kill_here(parent_session, target)
     }
 
     fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError> {
-        let runs = self.find(parent_session, target);
-        let run = runs.first().ok_or_else(|| {
-            SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
-        })?;
-        run.steer
-            .send(message.to_string())
-            .map_err(|_| SpawnError::NotFound("that subagent has already ended".into()))
+        match self.steer_here(parent_session, target, message) {
+            Err(SpawnError::NotFound(_)) if self.signals.is_some() => {
+                // It may run in another process: that one steers it.
+                if let Some(signals) = &self.signals {
+                    signals.send(crate::signals::Signal::Steer {
+                        session: parent_session.to_string(),
+                        target: target.to_string(),
+                        message: message.to_string(),
+                    });
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn spans_processes(&self) -> bool {
+        self.signals.is_some()
     }
 
     async fn wait(

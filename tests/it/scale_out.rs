@@ -374,3 +374,71 @@ async fn stop_sent_to_one_process_ends_the_turn_running_in_the_other() {
         a.logs()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        if user == "hang" {
+            Behaviour::Hang
+        } else if user.starts_with("[Subagent") {
+            Behaviour::reply("noted")
+        } else if crate::common::llm::tool_results(body).is_empty() && user == "go" {
+            Behaviour::tool(
+                "sessions_spawn",
+                serde_json::json!({"task": "hang", "label": "long"}),
+            )
+        } else {
+            Behaviour::reply("spawned")
+        }
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&work_a, &env).await;
+    let b = Service::start(&work_b, &env).await;
+    let (status, _) = Hook::new(&a, SECRET)
+        .send("kl", None, "m1", "go", "?wait=30")
+        .await;
+    assert_eq!(status, 200);
+    wait_for(
+        "the child running in the first process",
+        Duration::from_secs(10),
+        || async {
+            llm.requests()
+                .iter()
+                .any(|r| last_user(&r.body) == "hang")
+                .then_some(())
+        },
+    )
+    .await;
+    let (status, body) = Hook::new(&b, SECRET)
+        .send("kl", None, "m2", "/subagents kill all", "?wait=10")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["replies"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("the others were told")),
+        "{body}"
+    );
+    wait_for("the kill announced", Duration::from_secs(10), || async {
+        receiver
+            .received()
+            .iter()
+            .any(|r| {
+                r.body["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("🤖 long — killed"))
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(
+        a.logs()
+            .contains("killed subagents on another process's request")
+    );
+}
