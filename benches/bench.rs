@@ -120,6 +120,91 @@ async fn main() {
 
     // 5. The sandbox: `exec` call to first output, on a cold and on a warm container.
     sandbox_first_output().await;
+
+    // 6. PostgreSQL, one process and two (when FERROCLAW_BENCH_PG_URL names a server).
+    match std::env::var("FERROCLAW_BENCH_PG_URL") {
+        Ok(admin) => {
+            for processes in [1, 2] {
+                pg_throughput(&bin, &admin, &llm, processes, turns, conversations).await;
+            }
+        }
+        Err(_) => println!("PostgreSQL: skipped (set FERROCLAW_BENCH_PG_URL)"),
+    }
+}
+
+/// Turns/s with `processes` serve processes on one fresh PostgreSQL database, senders spread
+/// over them.
+async fn pg_throughput(
+    bin: &std::path::Path,
+    admin: &str,
+    llm: &str,
+    processes: usize,
+    turns: usize,
+    conversations: usize,
+) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin).await.expect("PostgreSQL");
+    let name = format!("ferroclaw_bench_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let receiver = Receiver::start().await;
+    let mut children = Vec::new();
+    let mut bases = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..processes {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, base) = spawn(
+            bin,
+            dir.path(),
+            llm,
+            &receiver.url,
+            &format!("[storage]\nurl = \"{url}\"\n"),
+        )
+        .await;
+        wait_ready(&base).await;
+        children.push(child);
+        bases.push(base);
+        dirs.push(dir);
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap();
+    let cpu_before: f64 = children.iter().map(|c| cpu_secs(c.id())).sum();
+    let started = Instant::now();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for worker in 0..64 {
+        let (client, base, sent) = (client.clone(), bases[worker % processes].clone(), sent.clone());
+        senders.push(tokio::spawn(async move {
+            loop {
+                let i = sent.fetch_add(1, Ordering::Relaxed);
+                if i >= turns {
+                    break;
+                }
+                let conversation = format!("c{}", (i + worker) % conversations);
+                send(&client, &base, &conversation, &format!("p{i}"), "hello").await;
+            }
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    receiver.wait_for(turns).await;
+    let elapsed = started.elapsed();
+    let cpu: f64 = children.iter().map(|c| cpu_secs(c.id())).sum::<f64>() - cpu_before;
+    println!(
+        "PostgreSQL, {processes} process(es): {turns} turns in {:.2} s = {:.0} turns/s, service CPU per turn {:.3} ms (all processes)",
+        elapsed.as_secs_f64(),
+        turns as f64 / elapsed.as_secs_f64(),
+        cpu * 1000.0 / turns as f64
+    );
+    for child in children {
+        stop(child);
+    }
 }
 
 /// `n` conversations sent at once against a model that streams each answer over 3 s: peak
