@@ -114,6 +114,27 @@ async fn main() {
     );
     stop(child);
 
+    // 3b. The same database with 1,000,000 more transcript rows (other sessions): a turn's
+    // cost must not grow with the table.
+    seed_transcript(dir.path(), 1_000_000).await;
+    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
+    wait_ready(&base).await;
+    let cpu_before = cpu_secs(child.id());
+    let mut after = Vec::with_capacity(100);
+    for i in 0..100 {
+        let before = receiver.count();
+        let t = Instant::now();
+        send(&client, &base, "after-seed", &format!("s{i}"), "and now?").await;
+        receiver.wait_for(before + 1).await;
+        after.push(t.elapsed());
+    }
+    println!(
+        "with 1,000,000 more transcript rows: 100 sequential turns avg {:.2} ms (end-to-end), service CPU per turn {:.3} ms",
+        avg(&after),
+        (cpu_secs(child.id()) - cpu_before) * 1000.0 / 100.0
+    );
+    stop(child);
+
     // 4. Load that grows: many conversations in flight at once, each answer streamed over
     // 3 s by the model.
     in_flight(&bin, arg("--inflight").unwrap_or(10_000)).await;
@@ -307,6 +328,22 @@ async fn start_slow_llm(over: Duration) -> String {
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     url
+}
+
+/// Add `rows` transcript rows spread over 1,000 other sessions, straight into the database.
+async fn seed_transcript(dir: &std::path::Path, rows: usize) {
+    use sqlx::Connection;
+    let url = format!("sqlite://{}", dir.join("ferroclaw.db").display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("the bench database");
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
+         INSERT INTO transcript (session_key, epoch, role, content, tokens_in, tokens_out, created_at) \
+         SELECT 'agent:main:webhook:main:seed' || (i % 1000), 0, 'user', 'seeded row ' || i, 0, 0, 0 FROM n",
+    )
+    .bind(rows as i64)
+    .execute(&mut conn)
+    .await
+    .expect("seeding the transcript");
 }
 
 /// Records when the first output arrived.
