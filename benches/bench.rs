@@ -164,7 +164,9 @@ async fn pg_throughput(
     conversations: usize,
 ) {
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(admin).await.expect("PostgreSQL");
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("PostgreSQL");
     let name = format!("ferroclaw_bench_{}", uuid::Uuid::new_v4().simple());
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut conn)
@@ -199,7 +201,11 @@ async fn pg_throughput(
     let sent = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
     for worker in 0..64 {
-        let (client, base, sent) = (client.clone(), bases[worker % processes].clone(), sent.clone());
+        let (client, base, sent) = (
+            client.clone(),
+            bases[worker % processes].clone(),
+            sent.clone(),
+        );
         senders.push(tokio::spawn(async move {
             loop {
                 let i = sent.fetch_add(1, Ordering::Relaxed);
@@ -334,7 +340,9 @@ async fn start_slow_llm(over: Duration) -> String {
 async fn seed_transcript(dir: &std::path::Path, rows: usize) {
     use sqlx::Connection;
     let url = format!("sqlite://{}", dir.join("ferroclaw.db").display());
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("the bench database");
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("the bench database");
     sqlx::query(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
          INSERT INTO transcript (session_key, epoch, role, content, tokens_in, tokens_out, created_at) \

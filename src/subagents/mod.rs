@@ -57,6 +57,8 @@ pub(crate) struct LiveRun {
     pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
     pub steer: mpsc::UnboundedSender<String>,
+    /// Outcomes of its own children, each becoming a step of this run.
+    pub reports: mpsc::UnboundedSender<String>,
     /// What it is doing now (the tools of its current step), for the status page.
     pub activity: Arc<Mutex<String>>,
 }
@@ -254,6 +256,7 @@ impl Registry {
         // Reserve the child's place before anything awaits: calls that arrive together must
         // not all pass the `max_children` check.
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         let live = Arc::new(LiveRun {
             id: id.clone(),
             parent_session: scope.parent_session.clone(),
@@ -261,6 +264,7 @@ impl Registry {
             state: watch::channel(RunState::Queued).0,
             cancel: CancellationToken::new(),
             steer: steer_tx,
+            reports: reports_tx,
             activity: Arc::new(Mutex::new(String::new())),
         });
         {
@@ -348,7 +352,13 @@ impl Registry {
             status_message: Some(status_message),
         };
         tracing::info!(run_id = %id, label = %label, depth, parent = %scope.parent_session, "subagent spawned");
-        let run = runner::run(self.clone(), live, spec, steer_rx, self.slots.clone());
+        let run = runner::run(
+            self.clone(),
+            live,
+            spec,
+            (steer_rx, reports_rx),
+            self.slots.clone(),
+        );
         let registry = self.clone();
         let run_id = id.clone();
         self.tracker.spawn(async move {
@@ -390,6 +400,15 @@ impl Registry {
             edit_of,
         };
         crate::outbox::post(&*self.store, &self.outbox, &scope.parent_session, message).await
+    }
+
+    /// Hand a child's outcome to the live run whose session spawned it (a subagent's own
+    /// child); false when no such run lives in this process.
+    pub(crate) fn report_to_parent(&self, parent_session: &str, report: String) -> bool {
+        let live = self.live.lock().expect("registry lock");
+        live.values()
+            .find(|r| Self::session_key(&r.id) == parent_session)
+            .is_some_and(|r| r.reports.send(report).is_ok())
     }
 
     pub(crate) fn forget(&self, run_id: &str) {

@@ -28,7 +28,10 @@ pub(crate) async fn run(
     registry: Arc<Registry>,
     live: Arc<LiveRun>,
     spec: RunSpec,
-    steer: mpsc::UnboundedReceiver<String>,
+    (steer, reports): (
+        mpsc::UnboundedReceiver<String>,
+        mpsc::UnboundedReceiver<String>,
+    ),
     slots: Arc<Semaphore>,
 ) {
     let shutdown = registry.cancel.clone();
@@ -67,7 +70,7 @@ pub(crate) async fn run(
         }
         match tokio::time::timeout(
             spec.timeout,
-            execute(&registry, &spec, steer, live.activity.clone()),
+            execute(&registry, &spec, (steer, reports), live.activity.clone()),
         )
         .await
         {
@@ -132,7 +135,10 @@ pub(crate) async fn run(
 async fn execute(
     registry: &Arc<Registry>,
     spec: &RunSpec,
-    mut steer: mpsc::UnboundedReceiver<String>,
+    (mut steer, mut reports): (
+        mpsc::UnboundedReceiver<String>,
+        mpsc::UnboundedReceiver<String>,
+    ),
     activity: Arc<std::sync::Mutex<String>>,
 ) -> Outcome {
     let engine = registry.engine.clone();
@@ -239,6 +245,32 @@ async fn execute(
             );
             continue;
         }
+        // Its own children report to it: each outcome is another step; it waits for the
+        // ones still running before it ends.
+        if let Ok(report) = reports.try_recv() {
+            text = report;
+            continue;
+        }
+        let waiting_for = registry.live_of(&key);
+        if !spec.session_mode && waiting_for > 0 {
+            let _ = registry
+                .post_status(
+                    &spec.scope,
+                    spec.status_message,
+                    texts::status(
+                        &spec.label,
+                        &format!("waiting for {waiting_for} subagent(s) it started"),
+                    ),
+                )
+                .await;
+            tokio::select! {
+                Some(report) = reports.recv() => { text = report; continue; }
+                Some(message) = steer.recv() => {
+                    text = format!("[New instruction from the parent agent] {message}");
+                    continue;
+                }
+            }
+        }
         if !spec.session_mode {
             return Outcome::Ended {
                 state: if failed {
@@ -260,14 +292,17 @@ async fn execute(
                 ),
             )
             .await;
-        match steer.recv().await {
-            Some(message) => text = message,
-            None => {
-                return Outcome::Ended {
-                    state: RunState::Done,
-                    result: reply,
-                };
-            }
+        tokio::select! {
+            Some(report) = reports.recv() => text = report,
+            message = steer.recv() => match message {
+                Some(message) => text = message,
+                None => {
+                    return Outcome::Ended {
+                        state: RunState::Done,
+                        result: reply,
+                    };
+                }
+            },
         }
     }
 }
@@ -357,10 +392,22 @@ pub(crate) async fn finish(
         parent_message,
         now_ms: crate::clock::now_ms(),
     };
+    let report =
+        (row.depth > 1).then(|| texts::for_parent(row.label, row.id, state, &finish.result));
     if let RunFinished::Announced { parent_turn } = registry.store.run_finish(&finish).await? {
         registry.outbox.kick(&route.channel);
         if let Some(entry) = parent_turn {
             registry.start_parent_turn(entry);
+        }
+        // A subagent's own child: its outcome is also a step of that subagent, when it
+        // still runs here.
+        if let Some(report) = report
+            && !registry.report_to_parent(row.parent_session, report)
+        {
+            tracing::debug!(
+                run_id = row.id,
+                "the spawning subagent has ended; its child's outcome is only announced"
+            );
         }
     }
     Ok(())

@@ -591,3 +591,59 @@ async fn a_childs_interim_message_reaches_the_origin_chat() {
         "in the chat the parent was asked in"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grandchild_reports_to_the_subagent_that_spawned_it_which_waits_for_it() {
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        let fresh = crate::common::llm::fresh_results(body);
+        match user.as_str() {
+            "go" if fresh.is_empty() => Behaviour::tool(
+                "sessions_spawn",
+                json!({"task": "delegate further", "label": "middle"}),
+            ),
+            "delegate further" if fresh.is_empty() => Behaviour::tool(
+                "sessions_spawn",
+                json!({"task": "slow 200", "label": "leaf"}),
+            ),
+            "delegate further" => Behaviour::reply("middle: waiting for leaf"),
+            "slow 200" => Behaviour::reply("leaf result 42"),
+            u if u.starts_with("[Subagent \"leaf\"") => {
+                Behaviour::reply("middle summary: leaf said 42")
+            }
+            u if u.starts_with("[Subagent \"middle\"") => Behaviour::reply("parent: all done"),
+            _ => Behaviour::reply("spawned"),
+        }
+    })
+    .await;
+    let cfg = config(&llm.url, "", "[subagents]\nmax_depth = 2");
+    let app = InProc::start(&cfg).await;
+    app.say("c", "go").await;
+    wait_for("the parent's summary", Duration::from_secs(20), || async {
+        app.delivered()
+            .iter()
+            .any(|m| m.text == "parent: all done")
+            .then_some(())
+    })
+    .await;
+    let announced = announcements(&app.delivered());
+    let middle = announced
+        .iter()
+        .find(|a| a.starts_with("🤖 middle — done"))
+        .unwrap_or_else(|| panic!("{announced:?}"));
+    assert!(
+        middle.contains("middle summary: leaf said 42"),
+        "the middle subagent waited for its child and used its report: {middle}"
+    );
+    // The report was a step of the middle subagent (its conversation holds its task).
+    let report_step = llm
+        .requests()
+        .into_iter()
+        .find(|r| last_user(&r.body).starts_with("[Subagent \"leaf\""))
+        .expect("the leaf's outcome reached the middle subagent");
+    assert!(report_step.body.to_string().contains("delegate further"));
+    assert!(
+        announced.iter().any(|a| a.starts_with("🤖 leaf — done")),
+        "and was announced"
+    );
+}
