@@ -188,6 +188,7 @@ impl App {
             )
             .with_signals(signals),
         );
+        lanes.set_gate(ingress.clone());
         {
             let (cancel, lanes, notifier, registry) = (
                 workers_cancel.child_token(),

@@ -59,6 +59,15 @@ impl Ingress {
 
     /// Route a newly journalled entry: refuse strangers, run `/stop` at once, queue the rest.
     async fn dispatch(&self, entry: JournalEntry) -> Result<(), StoreError> {
+        if self.admit(&entry).await? {
+            self.lanes.submit(entry);
+        }
+        Ok(())
+    }
+
+    /// Whether an entry goes to its lane: strangers are refused (or given a pairing code)
+    /// and `/stop` is carried out at once, each answered here.
+    async fn admit(&self, entry: &JournalEntry) -> Result<bool, StoreError> {
         let verdict = if entry.message.internal {
             Verdict::Allow
         } else {
@@ -68,14 +77,15 @@ impl Ingress {
             Verdict::Allow => {}
             Verdict::Deny => {
                 tracing::info!(channel = %entry.message.route.channel, "message from a user without access dropped");
-                return self.handler.answer(&entry, None).await;
+                self.handler.answer(entry, None).await?;
+                return Ok(false);
             }
             Verdict::Pair(code) => {
                 tracing::info!(channel = %entry.message.route.channel, "pairing code issued");
-                return self
-                    .handler
-                    .answer(&entry, Some((OutboundKind::Status, pairing_text(&code))))
-                    .await;
+                self.handler
+                    .answer(entry, Some((OutboundKind::Status, pairing_text(&code))))
+                    .await?;
+                return Ok(false);
             }
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
@@ -96,13 +106,20 @@ impl Ingress {
                 (false, n) => format!("⏹ Stopping {n} subagent(s)."),
                 (true, n) => format!("⏹ Stopped the running turn and {n} subagent(s)."),
             };
-            return self
-                .handler
-                .answer(&entry, Some((OutboundKind::Status, text)))
-                .await;
+            self.handler
+                .answer(entry, Some((OutboundKind::Status, text)))
+                .await?;
+            return Ok(false);
         }
-        self.lanes.submit(entry);
-        Ok(())
+        Ok(true)
+    }
+}
+
+/// Entries a lane takes over from another process (or a dead one) pass the same gate.
+#[async_trait]
+impl crate::lanes::EntryGate for Ingress {
+    async fn admit(&self, entry: &JournalEntry) -> Result<bool, StoreError> {
+        Ingress::admit(self, entry).await
     }
 }
 

@@ -42,6 +42,16 @@ struct Inner {
     leases: Option<Leases>,
     /// Ends the lease sweep (shutdown).
     sweep_stop: CancellationToken,
+    /// Set once by the composition root (the ingress exists after the lanes).
+    gate: std::sync::OnceLock<Arc<dyn EntryGate>>,
+}
+
+/// Decides whether a journal entry runs as a turn (access, `/stop`), answering it when not.
+/// Entries a lane takes from the journal without having been dispatched here (another
+/// process journalled them, or a dead one) go through it first.
+#[async_trait::async_trait]
+pub trait EntryGate: Send + Sync {
+    async fn admit(&self, entry: &JournalEntry) -> Result<bool, crate::storage::StoreError>;
 }
 
 /// Session leases (PostgreSQL shared by several processes): a lane works its session only
@@ -71,6 +81,7 @@ impl Lanes {
                 active: watch::channel(0).0,
                 leases,
                 sweep_stop: CancellationToken::new(),
+                gate: std::sync::OnceLock::new(),
             }),
         };
         if lanes.inner.leases.is_some() {
@@ -81,6 +92,11 @@ impl Lanes {
                 .spawn(async move { inner.sweep().await });
         }
         lanes
+    }
+
+    /// The gate for entries not dispatched by this process (set once).
+    pub fn set_gate(&self, gate: Arc<dyn EntryGate>) {
+        let _ = self.inner.gate.set(gate);
     }
 
     /// Start a lane for a session with no local entry (leased mode: its work is in the
@@ -295,8 +311,19 @@ impl Inner {
                 crate::metrics::lane_depth(-1.0);
             }
             // Not submitted here: journalled by another process or left by a dead one, so it
-            // may have run before.
+            // may have run before, and it has not passed this process's gate.
+            let taken_over = local.is_none();
             let entry = local.unwrap_or(JournalEntry { redo: true, ..next });
+            if taken_over && let Some(gate) = self.gate.get() {
+                match gate.admit(&entry).await {
+                    Ok(true) => {}
+                    Ok(false) => continue, // answered by the gate (refused, paired, /stop)
+                    Err(err) => {
+                        tracing::warn!(journal_id = entry.id, error = %err, "could not check a taken-over entry");
+                        return true;
+                    }
+                }
+            }
             tokio::select! {
                 _ = self.cancel.cancelled() => return false,
                 () = self.handle_with_retry(&entry, &stop) => {}

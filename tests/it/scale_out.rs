@@ -442,3 +442,55 @@ async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other
             .contains("killed subagents on another process's request")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_entry_taken_over_from_the_journal_passes_the_access_gate() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let cfg = config_with_llm(
+        &llm.url,
+        &format!(
+            "[storage]\nurl = \"{database}\"\nlease_secs = 2\n\
+             [channels.telegram]\nenabled = true\ntoken_env = \"FC_TG\"\napi_url = \"{}\"\naccess = \"pairing\"\npoll_timeout_secs = 2\n",
+            tg.url
+        ),
+    );
+    let work = Workdir::new(&cfg);
+    let _service = Service::start(&work, &[("FC_TG", TOKEN)]).await;
+    // What a process that died right after journalling a stranger's message leaves behind:
+    // a pending entry that never passed its gate.
+    let store = ferroclaw::storage::connect(&database).await.unwrap();
+    let stranger = ferroclaw_channel_core::InboundMessage {
+        route: ferroclaw_channel_core::ChatRoute {
+            channel: "telegram".into(),
+            kind: ferroclaw_channel_core::ChatKind::Direct,
+            chat_id: "99".into(),
+            thread_id: None,
+        },
+        sender: ferroclaw_channel_core::Sender {
+            id: "99".into(),
+            name: "Stranger".into(),
+        },
+        platform_message_id: "5".into(),
+        text: "let me in".into(),
+        mentioned: true,
+        reply_to: None,
+        internal: false,
+    };
+    let key = stranger.route.session_key();
+    store
+        .journal_insert(&stranger, &key, ferroclaw::clock::now_ms())
+        .await
+        .unwrap();
+    let texts = wait_for("the stranger's answer", Duration::from_secs(20), || async {
+        let t = tg.texts(99);
+        (!t.is_empty()).then_some(t)
+    })
+    .await;
+    assert!(
+        texts[0].contains("pairing"),
+        "a pairing code, not a model answer: {texts:?}"
+    );
+    assert_eq!(llm.count(), 0, "the model never saw the stranger's message");
+}
