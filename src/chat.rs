@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
-    let app = App::build(loaded, vec![Arc::new(CliChannel::stdout())], Vec::new()).await?;
+    let terminal = Arc::new(CliChannel::stdout());
+    let app = App::build(loaded, vec![terminal.clone()], Vec::new()).await?;
     let route = ChatRoute {
         channel: CLI_CHANNEL.into(),
         kind: ChatKind::Conversation,
@@ -45,6 +46,7 @@ pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
     }
     app.wait_quiet().await;
     app.flush_outbox().await;
+    terminal.flush_held();
     app.shutdown(Duration::from_secs(
         loaded.config.server.shutdown_grace_secs,
     ))

@@ -294,7 +294,11 @@ async fn plan_through_the_terminal_prints_the_card_and_its_changes() {
         out.stdout
             .contains("❌ 2. Fix the build — the build broke\n")
     );
-    assert!(out.stdout.contains("Step 2 failed; shall I continue?"));
+    assert!(
+        out.stdout.contains("Step 2 failed; shall I continue?"),
+        "the final answer: {}",
+        out.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

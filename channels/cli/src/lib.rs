@@ -24,6 +24,9 @@ struct State {
     /// Lines of each card printed so far (by the outbox id of the card), so an edit prints
     /// only the lines that changed.
     cards: HashMap<i64, Vec<String>>,
+    /// Other messages that arrived while a reply was being printed as it streams: shown
+    /// after it, so the reply's text is never cut by a card line.
+    held: String,
 }
 
 impl CliChannel {
@@ -33,12 +36,23 @@ impl CliChannel {
                 out,
                 streamed: HashMap::new(),
                 cards: HashMap::new(),
+                held: String::new(),
             }),
         }
     }
 
     pub fn stdout() -> Self {
         Self::new(Box::new(std::io::stdout()))
+    }
+
+    /// Print what is still held (a stream that never got its reply); at exit.
+    pub fn flush_held(&self) {
+        let mut state = self.state.lock().expect("cli output lock");
+        let held = std::mem::take(&mut state.held);
+        if !held.is_empty() {
+            let _ = state.out.write_all(held.as_bytes());
+            let _ = state.out.flush();
+        }
     }
 }
 
@@ -97,6 +111,24 @@ impl Channel for CliChannel {
                 _ => format!("{}\n", message.text),
             }
         };
+        // The message that ends a stream (its reply, or an error in its place) is written
+        // now, followed by whatever was held while the stream was being printed. Others wait
+        // while a stream is open.
+        let ends_stream = message
+            .in_reply_to
+            .as_ref()
+            .is_some_and(|id| state.streamed.contains_key(id))
+            && matches!(message.kind, OutboundKind::Reply | OutboundKind::Error);
+        if ends_stream && let Some(id) = &message.in_reply_to {
+            state.streamed.remove(id);
+        }
+        let text = if was_streamed || ends_stream || state.streamed.is_empty() {
+            let held = std::mem::take(&mut state.held);
+            format!("{text}{held}")
+        } else {
+            state.held.push_str(&text);
+            String::new()
+        };
         state.out.write_all(text.as_bytes()).map_err(io_retry)?;
         state.out.flush().map_err(io_retry)?;
         Ok(Delivered {
@@ -113,5 +145,64 @@ impl Channel for CliChannel {
             .push_str(delta);
         let _ = state.out.write_all(delta.as_bytes());
         let _ = state.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroclaw_channel_core::ChatKind;
+    use std::sync::Arc;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn message(id: i64, kind: OutboundKind, text: &str, in_reply_to: &str) -> OutboundMessage {
+        OutboundMessage {
+            id,
+            route: ChatRoute {
+                channel: CLI_CHANNEL.into(),
+                kind: ChatKind::Conversation,
+                chat_id: "c".into(),
+                thread_id: None,
+            },
+            kind,
+            text: text.into(),
+            in_reply_to: Some(in_reply_to.into()),
+            edit_of: None,
+            edit_platform_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_card_arriving_mid_stream_is_printed_after_the_streamed_reply() {
+        let out = Shared::default();
+        let cli = CliChannel::new(Box::new(out.clone()));
+        let route = message(0, OutboundKind::Reply, "", "m1").route;
+        cli.stream_delta(&route, "m1", "Step 2 fai").await;
+        cli.deliver(&message(1, OutboundKind::Plan, "📋 card", "m1"))
+            .await
+            .unwrap();
+        cli.stream_delta(&route, "m1", "led; continue?").await;
+        cli.deliver(&message(
+            2,
+            OutboundKind::Reply,
+            "Step 2 failed; continue?",
+            "m1",
+        ))
+        .await
+        .unwrap();
+        let printed = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(printed, "Step 2 failed; continue?\n📋 card\n");
     }
 }
