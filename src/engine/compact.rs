@@ -142,7 +142,7 @@ async fn summarise(
     let request = ChatRequest {
         system: SUMMARY_PROMPT.into(),
         messages: vec![ChatMessage::text(Role::User, text)],
-        tools: Vec::new(),
+        tools: std::sync::Arc::new([]),
     };
     let model = engine.session_model(session);
     match engine.chain.complete_from(&model, &request, &|_| {}).await {

@@ -29,7 +29,7 @@ impl Engine {
         persona: &Persona,
     ) -> Result<TurnOutput, TurnError> {
         let mut output = TurnOutput::default();
-        let tools = self.tools.read_only_specs();
+        let tools: std::sync::Arc<[_]> = self.tools.read_only_specs().into();
         let cx = self.tool_context(input, session, None, None);
         let model = self.session_model(session);
         let system = format!("{}\n\n{PLANNING_PROMPT}", self.config.agent.system_prompt);

@@ -62,7 +62,7 @@ impl Engine {
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let model = persona.model.clone();
-        let tools = self.tools.specs_named(&persona.tools);
+        let tools: Arc<[_]> = self.tools.specs_named(&persona.tools).into();
         let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;

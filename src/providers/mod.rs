@@ -87,7 +87,8 @@ pub struct ToolSpec {
 pub struct ChatRequest {
     pub system: String,
     pub messages: Vec<ChatMessage>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared by every call of a turn (thousands of turns may wait at once).
+    pub tools: std::sync::Arc<[ToolSpec]>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

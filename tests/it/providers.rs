@@ -15,11 +15,11 @@ fn request() -> ChatRequest {
     ChatRequest {
         system: "be brief".into(),
         messages: vec![ChatMessage::text(Role::User, "hi")],
-        tools: vec![ToolSpec {
+        tools: std::sync::Arc::new([ToolSpec {
             name: "lookup".into(),
             description: "d".into(),
             parameters: std::sync::Arc::new(json!({"type":"object"})),
-        }],
+        }]),
     }
 }
 
