@@ -96,9 +96,12 @@ impl App {
             .collect();
         let workers_cancel = CancellationToken::new();
         let worker_tracker = TaskTracker::new();
+        // PostgreSQL may be shared by several processes (leases, signals, polling); SQLite is
+        // one process.
+        let postgres = config.storage.url.starts_with("postgres");
+        let lease = Duration::from_secs(config.storage.lease_secs);
         // Several processes on one PostgreSQL database hear each other's `/stop` and outbox
         // wake-ups (what a heard signal does is wired below, once the lanes exist).
-        let postgres = config.storage.url.starts_with("postgres");
         let (heard_tx, mut heard_rx) = tokio::sync::mpsc::unbounded_channel();
         let signals = postgres.then(|| {
             let (signals, signalling) = crate::signals::start(
@@ -116,7 +119,7 @@ impl App {
             notifier = notifier.with_remote(signals.clone());
         }
         // A turn another process runs sends no in-process hint: `?wait=` re-reads the journal.
-        let turns = if config.storage.url.starts_with("postgres") {
+        let turns = if postgres {
             TurnWatch::polling(Duration::from_millis(200))
         } else {
             TurnWatch::default()
@@ -151,11 +154,7 @@ impl App {
             config.subagents.clone(),
             engine.clone(),
             parent_turns,
-            config
-                .storage
-                .url
-                .starts_with("postgres")
-                .then(|| Duration::from_secs(config.storage.lease_secs)),
+            postgres.then_some(lease),
             signals.clone(),
         );
         let spawner: Arc<dyn Spawner> = Arc::new(subagents.clone());
@@ -169,15 +168,11 @@ impl App {
         ));
         // Several processes may share a PostgreSQL database: sessions are then worked under
         // a lease (SQLite is one process: no lease is ever written).
-        let leases = config
-            .storage
-            .url
-            .starts_with("postgres")
-            .then(|| crate::lanes::Leases {
-                store: store.clone(),
-                owner: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
-                ttl: Duration::from_secs(config.storage.lease_secs),
-            });
+        let leases = postgres.then(|| crate::lanes::Leases {
+            store: store.clone(),
+            owner: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            ttl: lease,
+        });
         let lanes = Lanes::new(handler.clone(), CancellationToken::new(), leases);
         let ingress = Arc::new(
             Ingress::new(
@@ -248,7 +243,7 @@ impl App {
         // default. On PostgreSQL other processes add messages without waking this one, so
         // an idle worker looks again every half second.
         let (delivery_gate, gate) = tokio::sync::watch::channel(true);
-        let max_idle = if config.storage.url.starts_with("postgres") {
+        let max_idle = if postgres {
             Duration::from_millis(500)
         } else {
             Duration::from_secs(3600)
