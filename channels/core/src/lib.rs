@@ -21,10 +21,10 @@ pub use adapter::{
     ReceiverContext, Receiving, user_ids,
 };
 pub use command::ChatCommand;
-pub use live_reply::{LiveReply, LiveUpdate};
+pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, SharedLiveReply};
 pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 pub use route::{ChatKind, ChatRoute};
-pub use split::split;
+pub use split::{SentPieces, split};
 
 use async_trait::async_trait;
 use std::time::Duration;

@@ -2,7 +2,44 @@
 //! at most once per interval; a platform's "slow down" pauses it. Platform calls stay in the
 //! adapter; this decides only what to show and when.
 
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// One streamed reply, locked while a platform call for it is in flight.
+pub type SharedLiveReply = Arc<tokio::sync::Mutex<LiveReply>>;
+
+/// The replies a channel is streaming now, by the adapter's key (its chat and the inbound
+/// message a reply answers).
+pub struct LiveReplies<K> {
+    open: Mutex<HashMap<K, SharedLiveReply>>,
+}
+
+impl<K> Default for LiveReplies<K> {
+    fn default() -> Self {
+        LiveReplies {
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Eq + Hash> LiveReplies<K> {
+    /// The stream for `key`, started when there is none.
+    pub fn open(&self, key: K) -> SharedLiveReply {
+        self.open
+            .lock()
+            .expect("live replies lock")
+            .entry(key)
+            .or_default()
+            .clone()
+    }
+
+    /// End the stream for `key` (the final reply takes it over), if there is one.
+    pub fn take(&self, key: &K) -> Option<SharedLiveReply> {
+        self.open.lock().expect("live replies lock").remove(key)
+    }
+}
 
 /// One reply being streamed into one platform message.
 #[derive(Debug, Default)]

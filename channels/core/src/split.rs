@@ -1,5 +1,44 @@
 //! Long texts cut into pieces a platform accepts (Telegram 4096, Discord 2000 characters):
-//! on paragraph or line boundaries, never inside a code block.
+//! on paragraph or line boundaries, never inside a code block; and which pieces of a bot
+//! message were already sent when sending the rest failed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Pieces already sent of multi-piece bot messages (outbox id → platform ids), so a retry
+/// after a partial failure does not send the first pieces again.
+pub struct SentPieces<Id> {
+    sent: Mutex<HashMap<i64, Vec<Id>>>,
+}
+
+impl<Id> Default for SentPieces<Id> {
+    fn default() -> Self {
+        SentPieces {
+            sent: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<Id> SentPieces<Id> {
+    /// What an earlier attempt at outbox message `outbox_id` sent (empty when nothing).
+    pub fn take(&self, outbox_id: i64) -> Vec<Id> {
+        self.sent
+            .lock()
+            .expect("sent pieces lock")
+            .remove(&outbox_id)
+            .unwrap_or_default()
+    }
+
+    /// Remember what this attempt sent before it failed.
+    pub fn keep(&self, outbox_id: i64, sent: Vec<Id>) {
+        if !sent.is_empty() {
+            self.sent
+                .lock()
+                .expect("sent pieces lock")
+                .insert(outbox_id, sent);
+        }
+    }
+}
 
 fn is_fence(line: &str) -> bool {
     line.trim_start().starts_with("```")
@@ -149,5 +188,15 @@ mod tests {
         let pieces = split(&line, 4096);
         assert_eq!(pieces.concat(), line);
         assert!(pieces.iter().all(|p| p.chars().count() <= 4096));
+    }
+
+    #[test]
+    fn sent_pieces_are_kept_once_and_nothing_is_kept_for_nothing_sent() {
+        let sent = SentPieces::default();
+        sent.keep(1, vec!["a", "b"]);
+        sent.keep(2, Vec::new());
+        assert_eq!(sent.take(1), ["a", "b"]);
+        assert!(sent.take(1).is_empty(), "taken once");
+        assert!(sent.take(2).is_empty());
     }
 }

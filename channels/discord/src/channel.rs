@@ -7,8 +7,8 @@ use crate::errors::{failure, redact};
 use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, LiveReply, LiveUpdate, OutboundKind,
-    OutboundMessage, split,
+    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, LiveReplies, LiveUpdate, OutboundKind,
+    OutboundMessage, SentPieces, SharedLiveReply, split,
 };
 use serenity::builder::{Builder, CreateInteractionResponseFollowup, CreateMessage, EditMessage};
 use serenity::http::Http;
@@ -29,10 +29,8 @@ pub struct DiscordChannel {
     /// Redacts the token from error texts.
     token: String,
     edit_interval: Duration,
-    streams: Mutex<HashMap<StreamKey, Arc<tokio::sync::Mutex<LiveReply>>>>,
-    /// Pieces already sent of a multi-piece outbox message (outbox id → message ids), so a
-    /// retry after a partial failure does not send the first pieces again.
-    partial: Mutex<HashMap<i64, Vec<MessageId>>>,
+    streams: LiveReplies<StreamKey>,
+    partial: SentPieces<MessageId>,
     /// DM channel of each user we talk to (a DM session is keyed by the user).
     dms: Mutex<HashMap<u64, ChannelId>>,
     /// Deferred slash commands awaiting their answer: interaction id → token. Kept in memory
@@ -55,8 +53,8 @@ impl DiscordChannel {
             http,
             token,
             edit_interval,
-            streams: Mutex::new(HashMap::new()),
-            partial: Mutex::new(HashMap::new()),
+            streams: LiveReplies::default(),
+            partial: SentPieces::default(),
             dms: Mutex::new(HashMap::new()),
             interactions: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
@@ -158,12 +156,7 @@ impl DiscordChannel {
             match result {
                 Ok(m) => sent.push(m.id),
                 Err(e) => {
-                    if !sent.is_empty() {
-                        self.partial
-                            .lock()
-                            .expect("partial lock")
-                            .insert(message.id, sent);
-                    }
+                    self.partial.keep(message.id, sent);
                     return Err(failure(e, &self.token));
                 }
             }
@@ -192,15 +185,8 @@ impl DiscordChannel {
             .map_err(|e| failure(e, &self.token))
     }
 
-    fn take_stream(
-        &self,
-        target: ChannelId,
-        in_reply_to: &str,
-    ) -> Option<Arc<tokio::sync::Mutex<LiveReply>>> {
-        self.streams
-            .lock()
-            .expect("streams lock")
-            .remove(&(target.get(), in_reply_to.to_string()))
+    fn take_stream(&self, target: ChannelId, in_reply_to: &str) -> Option<SharedLiveReply> {
+        self.streams.take(&(target.get(), in_reply_to.to_string()))
     }
 }
 
@@ -240,12 +226,7 @@ impl Channel for DiscordChannel {
                 platform_message_id: Some(edited.to_string()),
             });
         }
-        let mut sent = self
-            .partial
-            .lock()
-            .expect("partial lock")
-            .remove(&message.id)
-            .unwrap_or_default();
+        let mut sent = self.partial.take(message.id);
         // A reply that was streamed: its first piece replaces the streamed message.
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
@@ -284,13 +265,7 @@ impl Channel for DiscordChannel {
         let Ok(target) = self.target(route).await else {
             return;
         };
-        let stream = self
-            .streams
-            .lock()
-            .expect("streams lock")
-            .entry((target.get(), in_reply_to.to_string()))
-            .or_default()
-            .clone();
+        let stream = self.streams.open((target.get(), in_reply_to.to_string()));
         let mut live = stream.lock().await;
         let Some(update) = live.push(delta, LIMIT, self.edit_interval) else {
             return;

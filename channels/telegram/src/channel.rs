@@ -5,12 +5,11 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatRoute, Delivered, DeliveryError, LiveReply, LiveUpdate, OutboundKind,
-    OutboundMessage,
+    Channel, ChatRoute, Delivered, DeliveryError, LiveReplies, LiveUpdate, OutboundKind,
+    OutboundMessage, SentPieces, SharedLiveReply,
 };
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 use teloxide::RequestError;
 use teloxide::prelude::*;
@@ -22,16 +21,13 @@ pub struct TelegramChannel {
     /// Redacts the token from error texts (reqwest errors carry the URL).
     token: String,
     edit_interval: Duration,
-    streams: Mutex<HashMap<StreamKey, SharedStream>>,
-    /// Pieces already sent of a multi-piece outbox message (outbox id → platform ids), so a
-    /// retry after a partial failure does not send the first pieces again.
-    partial: Mutex<HashMap<i64, Vec<MessageId>>>,
+    streams: LiveReplies<StreamKey>,
+    partial: SentPieces<MessageId>,
     pub(crate) ready: AtomicBool,
 }
 
 /// (chat id, inbound message id the reply answers).
 type StreamKey = (String, String);
-type SharedStream = Arc<tokio::sync::Mutex<LiveReply>>;
 
 fn chat(route: &ChatRoute) -> Result<ChatId, DeliveryError> {
     route.chat_id.parse::<i64>().map(ChatId).map_err(|_| {
@@ -53,8 +49,8 @@ impl TelegramChannel {
             bot,
             token,
             edit_interval,
-            streams: Mutex::new(HashMap::new()),
-            partial: Mutex::new(HashMap::new()),
+            streams: LiveReplies::default(),
+            partial: SentPieces::default(),
             ready: AtomicBool::new(false),
         }
     }
@@ -147,12 +143,7 @@ impl TelegramChannel {
             match self.send_piece(&message.route, piece).await {
                 Ok(id) => sent.push(id),
                 Err(e) => {
-                    if !sent.is_empty() {
-                        self.partial
-                            .lock()
-                            .expect("partial lock")
-                            .insert(message.id, sent);
-                    }
+                    self.partial.keep(message.id, sent);
                     return Err(self.failure(e));
                 }
             }
@@ -160,11 +151,9 @@ impl TelegramChannel {
         Ok(sent)
     }
 
-    fn take_stream(&self, route: &ChatRoute, in_reply_to: &str) -> Option<SharedStream> {
+    fn take_stream(&self, route: &ChatRoute, in_reply_to: &str) -> Option<SharedLiveReply> {
         self.streams
-            .lock()
-            .expect("streams lock")
-            .remove(&(route.chat_id.clone(), in_reply_to.to_string()))
+            .take(&(route.chat_id.clone(), in_reply_to.to_string()))
     }
 }
 
@@ -197,12 +186,7 @@ impl Channel for TelegramChannel {
                 platform_message_id: Some(id.to_string()),
             });
         }
-        let mut sent = self
-            .partial
-            .lock()
-            .expect("partial lock")
-            .remove(&message.id)
-            .unwrap_or_default();
+        let mut sent = self.partial.take(message.id);
         // A reply that was streamed: its first piece replaces the streamed message.
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
@@ -235,11 +219,7 @@ impl Channel for TelegramChannel {
         let Ok(chat_id) = chat(route) else { return };
         let stream = self
             .streams
-            .lock()
-            .expect("streams lock")
-            .entry((route.chat_id.clone(), in_reply_to.to_string()))
-            .or_default()
-            .clone();
+            .open((route.chat_id.clone(), in_reply_to.to_string()));
         let mut live = stream.lock().await;
         let Some(update) = live.push(delta, format::LIMIT, self.edit_interval) else {
             return;
