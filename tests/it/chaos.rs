@@ -8,14 +8,11 @@
 
 use crate::common::llm::{Behaviour, LlmStandIn, last_user};
 use crate::common::pg::fresh_database;
+use crate::common::receiver::Receiver;
 use crate::common::service::{Service, Workdir, config_with_llm};
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::post;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,34 +24,6 @@ fn scale() -> usize {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1)
-}
-
-/// A callback receiver that answers 503 to every fourth attempt and records the rest.
-#[derive(Default)]
-struct Flaky {
-    attempts: AtomicUsize,
-    /// (receipt time, body) of accepted deliveries.
-    received: Mutex<Vec<(Instant, Value)>>,
-}
-
-async fn flaky(State(state): State<Arc<Flaky>>, body: String) -> StatusCode {
-    if state.attempts.fetch_add(1, Ordering::SeqCst) % 4 == 3 {
-        return StatusCode::SERVICE_UNAVAILABLE;
-    }
-    let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    state.received.lock().unwrap().push((Instant::now(), value));
-    StatusCode::OK
-}
-
-async fn start_flaky() -> (String, Arc<Flaky>) {
-    let state = Arc::new(Flaky::default());
-    let app = Router::new()
-        .route("/callback", post(flaky))
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/callback", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, state)
 }
 
 /// Post one message, retrying (against any live process) until it is journalled.
@@ -114,8 +83,8 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         ),
     })
     .await;
-    let (callback, receiver) = start_flaky().await;
-    let cfg = cfg_for(&llm.url).replace("%CALLBACK%", &callback);
+    let receiver = Receiver::failing_every(4).await;
+    let cfg = cfg_for(&llm.url).replace("%CALLBACK%", &receiver.url);
     let env = [("FC_HOOK", SECRET)];
     let works: Vec<Workdir> = (0..processes).map(|_| Workdir::new(&cfg)).collect();
     // The victim starts first, so on PostgreSQL the first kill takes the leader (polling and
@@ -183,7 +152,7 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     let deadline = Instant::now() + Duration::from_secs(60);
     let replies = loop {
         let mut replies: BTreeMap<(String, String), HashSet<String>> = BTreeMap::new();
-        for (_, body) in receiver.received.lock().unwrap().iter() {
+        for body in receiver.received().iter().map(|r| &r.body) {
             if let (Some(c), Some(r), Some(id)) = (
                 body["conversation_id"].as_str(),
                 body["in_reply_to"].as_str(),
@@ -201,7 +170,11 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let received = receiver.received.lock().unwrap().clone();
+    let received: Vec<(Instant, Value)> = receiver
+        .received()
+        .into_iter()
+        .map(|r| (r.at, r.body))
+        .collect();
     let lost = sent - replies.len();
     let duplicates = replies.values().filter(|ids| ids.len() > 1).count();
     let distinct: HashSet<&str> = received
@@ -240,7 +213,7 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         distinct.len(),
         longest_gap.as_secs_f64(),
         llm.count(),
-        receiver.attempts.load(Ordering::SeqCst),
+        receiver.attempts(),
     );
     assert_eq!(
         lost,

@@ -6,9 +6,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 #[derive(Clone, Debug)]
 pub struct Received {
+    pub at: Instant,
     pub body: Value,
     pub raw: String,
     pub timestamp: String,
@@ -22,6 +24,8 @@ pub struct Receiver {
 
 struct Inner {
     fail_first: usize,
+    /// Also answer 503 to every `n`th attempt (0: never).
+    fail_every: usize,
     attempts: Mutex<usize>,
     received: Mutex<Vec<Received>>,
 }
@@ -29,8 +33,18 @@ struct Inner {
 impl Receiver {
     /// Start a receiver that answers 503 to the first `fail_first` deliveries.
     pub async fn start(fail_first: usize) -> Self {
+        Self::start_failing(fail_first, 0).await
+    }
+
+    /// A receiver that answers 503 to every `n`th delivery attempt, for ever.
+    pub async fn failing_every(n: usize) -> Self {
+        Self::start_failing(0, n).await
+    }
+
+    async fn start_failing(fail_first: usize, fail_every: usize) -> Self {
         let state = Arc::new(Inner {
             fail_first,
+            fail_every,
             attempts: Mutex::new(0),
             received: Mutex::new(Vec::new()),
         });
@@ -58,7 +72,7 @@ async fn handle(State(state): State<Arc<Inner>>, headers: HeaderMap, raw: String
         *attempts += 1;
         *attempts
     };
-    if attempt <= state.fail_first {
+    if attempt <= state.fail_first || (state.fail_every > 0 && attempt % state.fail_every == 0) {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     let header = |n: &str| {
@@ -69,6 +83,7 @@ async fn handle(State(state): State<Arc<Inner>>, headers: HeaderMap, raw: String
             .to_string()
     };
     state.received.lock().unwrap().push(Received {
+        at: Instant::now(),
         body: serde_json::from_str(&raw).unwrap_or(Value::Null),
         raw: raw.clone(),
         timestamp: header("x-ferroclaw-timestamp"),
