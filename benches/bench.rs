@@ -59,24 +59,15 @@ async fn main() {
         .unwrap();
     let cpu_before = cpu_secs(child.id());
     let started = Instant::now();
-    let sent = Arc::new(AtomicUsize::new(0));
-    let mut senders = Vec::new();
-    for worker in 0..64 {
-        let (client, base, sent) = (client.clone(), base.clone(), sent.clone());
-        senders.push(tokio::spawn(async move {
-            loop {
-                let i = sent.fetch_add(1, Ordering::Relaxed);
-                if i >= turns {
-                    break;
-                }
-                let conversation = format!("c{}", (i + worker) % conversations);
-                send(&client, &base, &conversation, &format!("m{i}"), "hello").await;
-            }
-        }));
-    }
-    for s in senders {
-        s.await.unwrap();
-    }
+    send_spread(
+        &client,
+        std::slice::from_ref(&base),
+        64,
+        turns,
+        "m",
+        move |i, worker| format!("c{}", (i + worker) % conversations),
+    )
+    .await;
     receiver.wait_for(turns).await;
     let elapsed = started.elapsed();
     let cpu = cpu_secs(child.id()) - cpu_before;
@@ -211,28 +202,10 @@ async fn pg_throughput(
         .unwrap();
     let cpu_before: f64 = children.iter().map(|c| cpu_secs(c.id())).sum();
     let started = Instant::now();
-    let sent = Arc::new(AtomicUsize::new(0));
-    let mut senders = Vec::new();
-    for worker in 0..64 {
-        let (client, base, sent) = (
-            client.clone(),
-            bases[worker % processes].clone(),
-            sent.clone(),
-        );
-        senders.push(tokio::spawn(async move {
-            loop {
-                let i = sent.fetch_add(1, Ordering::Relaxed);
-                if i >= turns {
-                    break;
-                }
-                let conversation = format!("c{}", (i + worker) % conversations);
-                send(&client, &base, &conversation, &format!("p{i}"), "hello").await;
-            }
-        }));
-    }
-    for s in senders {
-        s.await.unwrap();
-    }
+    send_spread(&client, &bases, 64, turns, "p", move |i, worker| {
+        format!("c{}", (i + worker) % conversations)
+    })
+    .await;
     receiver.wait_for(turns).await;
     let elapsed = started.elapsed();
     let cpu: f64 = children.iter().map(|c| cpu_secs(c.id())).sum::<f64>() - cpu_before;
@@ -281,23 +254,10 @@ async fn in_flight(bin: &std::path::Path, n: usize) {
         .unwrap();
     let cpu_before = cpu_secs(pid);
     let started = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut senders = Vec::new();
-    for _ in 0..128 {
-        let (client, base, next) = (client.clone(), base.clone(), next.clone());
-        senders.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                send(&client, &base, &format!("f{i}"), &format!("q{i}"), "hello").await;
-            }
-        }));
-    }
-    for s in senders {
-        s.await.unwrap();
-    }
+    send_spread(&client, std::slice::from_ref(&base), 128, n, "q", |i, _| {
+        format!("f{i}")
+    })
+    .await;
     let accepted = started.elapsed();
     receiver.wait_for(n).await;
     let elapsed = started.elapsed();
@@ -315,6 +275,48 @@ async fn in_flight(bin: &std::path::Path, n: usize) {
         cpu * 1000.0 / n as f64
     );
     stop(child);
+}
+
+/// Send `n` messages (ids `{prefix}{i}`) from `workers` concurrent senders, sender `w`
+/// posting to `bases[w % bases.len()]`; message `i` goes to conversation
+/// `conversation(i, w)`.
+async fn send_spread(
+    client: &reqwest::Client,
+    bases: &[String],
+    workers: usize,
+    n: usize,
+    prefix: &'static str,
+    conversation: impl Fn(usize, usize) -> String + Clone + Send + 'static,
+) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for worker in 0..workers {
+        let (client, base, next) = (
+            client.clone(),
+            bases[worker % bases.len()].clone(),
+            next.clone(),
+        );
+        let conversation = conversation.clone();
+        senders.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                send(
+                    &client,
+                    &base,
+                    &conversation(i, worker),
+                    &format!("{prefix}{i}"),
+                    "hello",
+                )
+                .await;
+            }
+        }));
+    }
+    for sender in senders {
+        sender.await.unwrap();
+    }
 }
 
 /// An OpenAI-compatible stand-in that streams a short answer in ten pieces over `over`.
