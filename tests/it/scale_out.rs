@@ -126,6 +126,30 @@ async fn one_process_leads_polling_and_deliveries_and_a_follower_takes_over_when
     assert_eq!(llm.count(), 4);
 }
 
+/// Two `serve` processes on one database (2 s leases) delivering webhook callbacks to one
+/// receiver; the work folders live as long as the processes.
+struct TwoProcesses {
+    receiver: Receiver,
+    a: Service,
+    b: Service,
+    _works: (Workdir, Workdir),
+}
+
+async fn two_processes(llm: &str, database: &str) -> TwoProcesses {
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(llm, database, &receiver.url);
+    let env = [("FC_HOOK", SECRET)];
+    let works = (Workdir::new(&cfg), Workdir::new(&cfg));
+    let a = Service::start(&works.0, &env).await;
+    let b = Service::start(&works.1, &env).await;
+    TwoProcesses {
+        receiver,
+        a,
+        b,
+        _works: works,
+    }
+}
+
 fn two_process_config(llm: &str, database: &str, callback: &str) -> String {
     config_with_llm(
         llm,
@@ -147,12 +171,12 @@ async fn a_session_is_never_worked_by_two_processes_at_once() {
         )
     })
     .await;
-    let receiver = Receiver::start(0).await;
-    let cfg = two_process_config(&llm.url, &database, &receiver.url);
-    let env = [("FC_HOOK", SECRET)];
-    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
-    let a = Service::start(&work_a, &env).await;
-    let b = Service::start(&work_b, &env).await;
+    let TwoProcesses {
+        receiver,
+        a,
+        b,
+        _works,
+    } = two_processes(&llm.url, &database).await;
     let hooks = [Hook::new(&a, SECRET), Hook::new(&b, SECRET)];
     // Three sessions, four messages each, sent at once, alternately to both processes.
     let mut sends = Vec::new();
@@ -219,12 +243,12 @@ async fn a_killed_process_s_session_is_taken_over_after_its_lease_and_answered_o
         )
     })
     .await;
-    let receiver = Receiver::start(0).await;
-    let cfg = two_process_config(&llm.url, &database, &receiver.url);
-    let env = [("FC_HOOK", SECRET)];
-    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
-    let a = Service::start(&work_a, &env).await;
-    let b = Service::start(&work_b, &env).await;
+    let TwoProcesses {
+        receiver,
+        a,
+        b,
+        _works,
+    } = two_processes(&llm.url, &database).await;
     let (status, _) = Hook::new(&a, SECRET)
         .send("t", None, "m1", "slow question", "")
         .await;
@@ -337,12 +361,12 @@ async fn stop_sent_to_one_process_ends_the_turn_running_in_the_other() {
         }
     })
     .await;
-    let receiver = Receiver::start(0).await;
-    let cfg = two_process_config(&llm.url, &database, &receiver.url);
-    let env = [("FC_HOOK", SECRET)];
-    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
-    let a = Service::start(&work_a, &env).await;
-    let b = Service::start(&work_b, &env).await;
+    let TwoProcesses {
+        receiver: _receiver,
+        a,
+        b,
+        _works,
+    } = two_processes(&llm.url, &database).await;
     let (status, _) = Hook::new(&a, SECRET)
         .send("st", None, "m1", "take forever", "")
         .await;
@@ -394,12 +418,12 @@ async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other
         }
     })
     .await;
-    let receiver = Receiver::start(0).await;
-    let cfg = two_process_config(&llm.url, &database, &receiver.url);
-    let env = [("FC_HOOK", SECRET)];
-    let (work_a, work_b) = (Workdir::new(&cfg), Workdir::new(&cfg));
-    let a = Service::start(&work_a, &env).await;
-    let b = Service::start(&work_b, &env).await;
+    let TwoProcesses {
+        receiver,
+        a,
+        b,
+        _works,
+    } = two_processes(&llm.url, &database).await;
     let (status, _) = Hook::new(&a, SECRET)
         .send("kl", None, "m1", "go", "?wait=30")
         .await;
