@@ -58,14 +58,7 @@ pub(crate) async fn run(
             *current = "running";
             crate::metrics::subagents_live("running", 1.0);
         }
-        if let Err(e) = registry
-            .post_status(
-                &spec.scope,
-                spec.status_message,
-                texts::status(&spec.label, RunState::Running.word()),
-            )
-            .await
-        {
+        if let Err(e) = show(&registry, &spec, RunState::Running.word()).await {
             tracing::warn!(run_id = %spec.id, error = %e, "could not update the status message");
         }
         match tokio::time::timeout(
@@ -253,16 +246,12 @@ async fn execute(
         }
         let waiting_for = registry.live_of(&key);
         if !spec.session_mode && waiting_for > 0 {
-            let _ = registry
-                .post_status(
-                    &spec.scope,
-                    spec.status_message,
-                    texts::status(
-                        &spec.label,
-                        &format!("waiting for {waiting_for} subagent(s) it started"),
-                    ),
-                )
-                .await;
+            let _ = show(
+                registry,
+                spec,
+                &format!("waiting for {waiting_for} subagent(s) it started"),
+            )
+            .await;
             tokio::select! {
                 Some(report) = reports.recv() => { text = report; continue; }
                 Some(message) = steer.recv() => {
@@ -282,16 +271,12 @@ async fn execute(
             };
         }
         // `session` mode: report and stay alive for the next instruction.
-        let _ = registry
-            .post_status(
-                &spec.scope,
-                spec.status_message,
-                texts::status(
-                    &spec.label,
-                    &format!("waiting for instructions; last result: {}", short(&reply)),
-                ),
-            )
-            .await;
+        let _ = show(
+            registry,
+            spec,
+            &format!("waiting for instructions; last result: {}", short(&reply)),
+        )
+        .await;
         tokio::select! {
             Some(report) = reports.recv() => text = report,
             message = steer.recv() => match message {
@@ -305,6 +290,17 @@ async fn execute(
             },
         }
     }
+}
+
+/// Edit the run's status message to say `state`.
+async fn show(registry: &Registry, spec: &RunSpec, state: &str) -> Result<i64, StoreError> {
+    registry
+        .post_status(
+            &spec.scope,
+            spec.status_message,
+            texts::status(&spec.label, state),
+        )
+        .await
 }
 
 fn short(text: &str) -> String {
