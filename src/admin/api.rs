@@ -2,6 +2,7 @@
 
 use super::Admin;
 use crate::storage::{OutboxEntry, RunRow, SessionRow, StoreError};
+use crate::subagents::Registry;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -80,8 +81,6 @@ pub(super) fn run_json(r: &RunRow) -> Value {
         "ended_at": r.ended_at, "session_key": Registry::session_key(&r.id),
     })
 }
-
-use crate::subagents::Registry;
 
 fn outbox_json(e: &OutboxEntry) -> Value {
     json!({
