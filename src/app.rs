@@ -7,7 +7,7 @@ use crate::config::{Config, LoadedConfig, ProviderKind};
 use crate::engine::{Engine, LiveFeedback};
 use crate::ingress::Ingress;
 use crate::lanes::Lanes;
-use crate::outbox::{DeliveryWorker, OutboxNotifier};
+use crate::outbox::{DeliveryClaims, DeliveryWorker, OutboxNotifier};
 use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::spawn::Spawner;
@@ -61,8 +61,6 @@ pub struct App {
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
     sandbox: Arc<dyn Sandbox>,
-    /// Deliveries run while true (this process leads).
-    delivery_gate: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl App {
@@ -168,9 +166,10 @@ impl App {
         ));
         // Several processes may share a PostgreSQL database: sessions are then worked under
         // a lease (SQLite is one process: no lease is ever written).
+        let owner = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
         let leases = postgres.then(|| crate::lanes::Leases {
             store: store.clone(),
-            owner: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            owner: owner.clone(),
             ttl: lease,
         });
         let lanes = Lanes::new(handler.clone(), CancellationToken::new(), leases);
@@ -239,27 +238,28 @@ impl App {
             }
         });
         let mut workers = Vec::new();
-        // Deliveries run in the leading process (see `coordination`); one process leads by
-        // default. On PostgreSQL other processes add messages without waking this one, so
-        // an idle worker looks again every half second.
-        let (delivery_gate, gate) = tokio::sync::watch::channel(true);
+        // Every process delivers; on PostgreSQL each conversation under a delivery lease
+        // (see `outbox::delivery`). Other processes add messages there without always waking
+        // this one, so an idle worker looks again every half second.
         let max_idle = if postgres {
             Duration::from_millis(500)
         } else {
             Duration::from_secs(3600)
         };
         for channel in channels {
-            let worker = Arc::new(DeliveryWorker::new(store.clone(), channel, &notifier));
-            worker_tracker.spawn(worker.clone().run(
-                workers_cancel.child_token(),
-                gate.clone(),
-                max_idle,
-            ));
+            let mut worker = DeliveryWorker::new(store.clone(), channel, &notifier);
+            if postgres {
+                worker = worker.with_claims(DeliveryClaims {
+                    owner: owner.clone(),
+                    ttl: lease,
+                });
+            }
+            let worker = Arc::new(worker);
+            worker_tracker.spawn(worker.clone().run(workers_cancel.child_token(), max_idle));
             workers.push(worker);
         }
         Ok(App {
             config,
-            delivery_gate: Arc::new(delivery_gate),
             sandbox,
             store,
             ingress,
@@ -307,11 +307,6 @@ impl App {
                 tracing::warn!(error = %err, "outbox flush failed");
             }
         }
-    }
-
-    /// Turns deliveries on (true) or leaves them to the leading process (false).
-    pub fn delivery_switch(&self) -> Arc<tokio::sync::watch::Sender<bool>> {
-        self.delivery_gate.clone()
     }
 
     /// With `sandbox.enabled`: connecting to Docker now (remove leftovers, check the image),

@@ -1,6 +1,6 @@
 //! Which of several `serve` processes on one database leads (SPEC section 11): the leader
-//! runs what a platform allows only once (Telegram long polling, the Discord gateway) and the
-//! outbox deliveries. On PostgreSQL the leader holds a session-level advisory lock on its own
+//! runs what a platform allows only once (Telegram long polling, the Discord gateway); every
+//! process delivers (under per-conversation leases, see `outbox::delivery`). On PostgreSQL the leader holds a session-level advisory lock on its own
 //! connection: when the process dies the server drops the connection and the lock, and a
 //! follower (retrying every second) takes over. A leader that loses its connection stops
 //! leading at once and the service shuts down so its supervisor restarts it (as

@@ -90,9 +90,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         }
     }
 
-    // Leader duties start once this process leads (at once on SQLite).
-    let deliveries = app.delivery_switch();
-    deliveries.send_replace(*role.borrow() == crate::coordination::Role::Leader);
+    // The exclusive receivers start once this process leads (at once on SQLite).
     {
         let mut role = role.clone();
         let (stop, tasks) = (stopping.clone(), channel_tasks.clone());
@@ -102,7 +100,6 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
                 _ = stop.cancelled() => return,
                 led = role.wait_for(|r| *r == crate::coordination::Role::Leader) => if led.is_err() { return },
             }
-            deliveries.send_replace(true);
             for receiver in exclusive {
                 let receiving = receiver.start(ReceiverContext {
                     inbox: inbox.clone(),

@@ -1,4 +1,8 @@
 //! One channel's delivery loop.
+//!
+//! Alone on its database a worker delivers every pending row. Beside other processes on one
+//! PostgreSQL database (see [`DeliveryClaims`]) it delivers a conversation only while it holds
+//! that conversation's delivery lease, so every process delivers and no row is sent by two.
 
 use super::OutboxNotifier;
 use crate::clock::now_ms;
@@ -20,8 +24,19 @@ type Delivery = (i64, Option<String>);
 const CONVERSATIONS_IN_FLIGHT: usize = 32;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// Deliveries shared with other processes: a conversation is delivered under a lease
+/// (`delivery:<channel>:<chat>:<thread>` in the lease table), read again once it is held, and
+/// released after its rows are marked delivered. A process that dies mid-conversation leaves
+/// the lease to expire after `ttl`; then another process delivers what is left.
+pub struct DeliveryClaims {
+    /// This process (the same owner as its session leases).
+    pub owner: String,
+    pub ttl: Duration,
+}
+
 pub struct DeliveryWorker {
     store: Arc<dyn Store>,
+    claims: Option<DeliveryClaims>,
     channel: Arc<dyn Channel>,
     wake: Arc<Notify>,
     /// One pass at a time: the run loop and an explicit flush never deliver the same row twice.
@@ -53,6 +68,7 @@ impl DeliveryWorker {
         let wake = notifier.handle(channel.name());
         DeliveryWorker {
             store,
+            claims: None,
             channel,
             wake,
             pass_lock: tokio::sync::Mutex::new(()),
@@ -60,23 +76,18 @@ impl DeliveryWorker {
         }
     }
 
+    /// Share deliveries with other processes on the same database.
+    pub fn with_claims(mut self, claims: DeliveryClaims) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+
     /// Deliver until cancelled; then one last pass (the shutdown flush).
-    /// `gate`: deliver only while it is true (the process leads); `max_idle`: the longest
-    /// sleep with nothing due (short where other processes add messages unannounced).
-    pub async fn run(
-        self: Arc<Self>,
-        cancel: CancellationToken,
-        mut gate: tokio::sync::watch::Receiver<bool>,
-        max_idle: Duration,
-    ) {
+    /// `max_idle`: the longest sleep with nothing due (short where other processes add
+    /// messages unannounced).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken, max_idle: Duration) {
         let name = self.channel.name().to_string();
         loop {
-            if !*gate.borrow() {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    r = gate.wait_for(|on| *on) => if r.is_err() { return },
-                }
-            }
             // A panicking adapter must not end this channel's deliveries for good.
             let pass = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(self.pass()));
             let outcome = match pass.await {
@@ -110,9 +121,7 @@ impl DeliveryWorker {
                 _ = tokio::time::sleep(sleep) => {}
             }
         }
-        if *gate.borrow()
-            && let Err(err) = self.pass().await
-        {
+        if let Err(err) = self.pass().await {
             tracing::warn!(channel = %name, error = %err, "final outbox flush failed");
         }
     }
@@ -137,7 +146,7 @@ impl DeliveryWorker {
         }
         let results: Vec<(PassOutcome, Vec<Delivery>)> =
             futures::stream::iter(conversations.into_values())
-                .map(|entries| self.deliver_conversation(entries))
+                .map(|entries| self.deliver_claimed(entries))
                 .buffer_unordered(CONVERSATIONS_IN_FLIGHT)
                 .collect()
                 .await;
@@ -171,6 +180,62 @@ impl DeliveryWorker {
             }
         }
         Ok(total)
+    }
+
+    /// Deliver a conversation's rows: at once alone, under its lease beside other processes
+    /// (then read again once held, and marked delivered before the lease is let go).
+    async fn deliver_claimed(&self, entries: Vec<OutboxEntry>) -> (PassOutcome, Vec<Delivery>) {
+        let Some(claims) = &self.claims else {
+            return self.deliver_conversation(entries).await;
+        };
+        let route = &entries[0].message.route;
+        let (chat, thread) = (route.chat_id.clone(), route.thread_id.clone());
+        let key = format!(
+            "delivery:{}:{chat}:{}",
+            self.channel.name(),
+            thread.as_deref().unwrap_or("")
+        );
+        let now = now_ms();
+        match self
+            .store
+            .lease_claim(
+                &key,
+                &claims.owner,
+                now,
+                now + claims.ttl.as_millis() as i64,
+            )
+            .await
+        {
+            Ok(true) => {}
+            // Another process delivers it; an error is tried again on the next pass.
+            Ok(false) => return (PassOutcome::default(), Vec::new()),
+            Err(err) => {
+                tracing::warn!(channel = self.channel.name(), error = %err, "could not claim a conversation's deliveries");
+                let outcome = PassOutcome {
+                    deferred: entries.len(),
+                    ..Default::default()
+                };
+                return (outcome, Vec::new());
+            }
+        }
+        let fresh = self
+            .store
+            .outbox_pending_in(self.channel.name(), &chat, thread.as_deref(), BATCH, now)
+            .await;
+        let (outcome, done) = match fresh {
+            Ok(fresh) if fresh.is_empty() => (PassOutcome::default(), Vec::new()),
+            Ok(fresh) => self.deliver_conversation(fresh).await,
+            Err(err) => {
+                tracing::warn!(channel = self.channel.name(), error = %err, "outbox read failed");
+                (PassOutcome::default(), Vec::new())
+            }
+        };
+        self.mark_delivered(&done).await;
+        if let Err(err) = self.store.lease_release(&key, &claims.owner).await {
+            tracing::warn!(channel = self.channel.name(), error = %err, "could not release a delivery lease; it expires");
+        }
+        // Marked already: nothing left for the pass to mark.
+        (outcome, Vec::new())
     }
 
     /// Record deliveries; retried, because a row left pending would be delivered again.

@@ -9,7 +9,7 @@
 mod delivery;
 mod notifier;
 
-pub use delivery::{DeliveryWorker, PassOutcome};
+pub use delivery::{DeliveryClaims, DeliveryWorker, PassOutcome};
 pub use notifier::OutboxNotifier;
 
 use crate::storage::{NewOutbound, Store, StoreResult};

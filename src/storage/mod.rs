@@ -167,6 +167,16 @@ pub trait OutboxStore: Send + Sync {
         limit: i64,
         now_ms: i64,
     ) -> StoreResult<Vec<OutboxEntry>>;
+    /// [`outbox_pending`](Self::outbox_pending) of one conversation (chat and thread): read
+    /// again by a process once it holds the conversation's delivery lease.
+    async fn outbox_pending_in(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        limit: i64,
+        now_ms: i64,
+    ) -> StoreResult<Vec<OutboxEntry>>;
     /// The earliest retry time (unix ms), at or after `since_ms`, among the channel's pending
     /// messages (rows held back behind a waiting one have older times and are not counted).
     async fn outbox_next_attempt(&self, channel: &str, now_ms: i64) -> StoreResult<Option<i64>>;

@@ -543,6 +543,25 @@ macro_rules! impl_store {
                 rows.iter().map(Self::decode_outbox).collect()
             }
 
+            async fn outbox_pending_in(&self, channel: &str, chat_id: &str, thread_id: Option<&str>, limit: i64, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
+                let rows = sqlx::query(
+                    concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
+                     AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 \
+                     AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.channel = o.channel AND w.state = 'pending' \
+                         AND w.chat_id = o.chat_id AND w.next_attempt_at > $3 AND w.id <= o.id \
+                         AND w.thread_id IS NOT DISTINCT FROM o.thread_id) \
+                     ORDER BY o.id LIMIT $2"),
+                )
+                .bind(channel)
+                .bind(limit)
+                .bind(now_ms)
+                .bind(chat_id)
+                .bind(thread_id)
+                .fetch_all(&self.read)
+                .await?;
+                rows.iter().map(Self::decode_outbox).collect()
+            }
+
             async fn outbox_mark_delivered(&self, delivered: &[(i64, Option<String>)], now_ms: i64) -> $crate::storage::StoreResult<()> {
                 if delivered.is_empty() {
                     return Ok(());

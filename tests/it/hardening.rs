@@ -493,8 +493,7 @@ impl DownReceiver {
             &notifier,
         ));
         let cancel = tokio_util::sync::CancellationToken::new();
-        let (_gate, on) = tokio::sync::watch::channel(true);
-        let task = tokio::spawn(worker.run(cancel.clone(), on, Duration::from_secs(3600)));
+        let task = tokio::spawn(worker.run(cancel.clone(), Duration::from_secs(3600)));
         DownReceiver {
             store,
             channel,

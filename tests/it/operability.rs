@@ -5,9 +5,10 @@
 
 use crate::common::hook::Hook;
 use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
+use crate::common::metrics::{scrape, value};
 use crate::common::service::{Service, Workdir, config_with_llm};
 use crate::common::wait_for;
-use prometheus_parse::{Sample, Scrape, Value as Metric};
+use prometheus_parse::Value as Metric;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -23,31 +24,6 @@ fn cfg(llm: &str) -> String {
 }
 
 const ENV: &[(&str, &str)] = &[("FC_HOOK", HOOK_SECRET), ("FC_ADMIN", ADMIN)];
-
-async fn scrape(base: &str) -> Vec<Sample> {
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .expect("valid Prometheus text")
-        .samples
-}
-
-/// The value of the sample `metric` whose labels include `labels`.
-fn value(samples: &[Sample], metric: &str, labels: &[(&str, &str)]) -> f64 {
-    samples
-        .iter()
-        .filter(|s| s.metric == metric)
-        .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match &s.value {
-            Metric::Counter(v) | Metric::Gauge(v) | Metric::Untyped(v) => *v,
-            other => panic!("{metric} is not a number: {other:?}"),
-        })
-        .unwrap_or(0.0)
-}
 
 async fn send(hook: &Hook, conversation: &str, id: &str, text: &str) {
     let (status, body) = hook.send(conversation, None, id, text, "?wait=30").await;

@@ -6,6 +6,7 @@ pub mod discord;
 pub mod hook;
 pub mod inproc;
 pub mod llm;
+pub mod metrics;
 pub mod pg;
 pub mod receiver;
 pub mod service;
