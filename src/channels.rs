@@ -10,16 +10,16 @@ use ferroclaw_channel_core::Built;
 /// Build every enabled channel (nothing is contacted yet).
 pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Vec<Built>> {
     let mut built = Vec::new();
-    built.extend(webhook(loaded, http));
+    built.extend(webhook(loaded, http)?);
     built.extend(telegram(loaded)?);
     built.extend(discord(loaded)?);
     Ok(built)
 }
 
-fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> Option<Built> {
+fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Option<Built>> {
     let config = &loaded.config;
     if config.channels.webhook.is_empty() {
-        return None;
+        return Ok(None);
     }
     let endpoints = config
         .channels
@@ -32,15 +32,16 @@ fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> Option<Built> {
                 .channel(&ChannelsConfig::webhook_secret(name))
                 .expect("checked at config load"),
             callback_url: hook.callback_url.clone(),
+            signature: hook.signature,
         })
         .collect();
-    Some(ferroclaw_channel_webhook::build(
+    Ok(Some(ferroclaw_channel_webhook::build(
         ferroclaw_channel_webhook::Settings {
             endpoints,
             max_body_bytes: config.server.max_body_bytes,
             http: http.clone(),
         },
-    ))
+    )?))
 }
 
 fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {

@@ -16,6 +16,7 @@ mod plan;
 mod providers;
 mod sandbox;
 mod scale_out;
+mod standard_webhooks;
 mod store_conformance;
 mod subagents;
 mod telegram;

@@ -1,29 +1,24 @@
 //! Delivery of bot messages to a webhook's `callback_url`, signed like inbound requests.
 
+use crate::{SignatureScheme, Signing};
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Channel, Delivered, DeliveryError, OutboundMessage};
-use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 pub struct WebhookChannel {
     name: String,
-    secret: SecretString,
+    signing: Signing,
     callback_url: Option<String>,
     http: reqwest::Client,
 }
 
 impl WebhookChannel {
     /// `callback_url` empty: messages are only kept for the list and event endpoints.
-    pub fn new(
-        webhook: &str,
-        secret: SecretString,
-        callback_url: &str,
-        http: reqwest::Client,
-    ) -> Self {
+    pub fn new(webhook: &str, signing: Signing, callback_url: &str, http: reqwest::Client) -> Self {
         WebhookChannel {
             name: crate::channel_name(webhook),
-            secret,
+            signing,
             callback_url: (!callback_url.is_empty()).then(|| callback_url.to_string()),
             http,
         }
@@ -62,13 +57,26 @@ impl Channel for WebhookChannel {
         };
         let body = serde_json::to_vec(&payload(message, true)).expect("JSON values serialise");
         let timestamp = ferroclaw_channel_core::clock::now_secs();
-        let signature = crate::sign(self.secret.expose_secret().as_bytes(), timestamp, &body);
-        let response = self
+        let key = self.signing.key();
+        let request = self
             .http
             .post(url)
-            .header("content-type", "application/json")
-            .header("x-ferroclaw-timestamp", timestamp.to_string())
-            .header("x-ferroclaw-signature", signature)
+            .header("content-type", "application/json");
+        let request = match self.signing.scheme {
+            SignatureScheme::Ferroclaw => request
+                .header("x-ferroclaw-timestamp", timestamp.to_string())
+                .header("x-ferroclaw-signature", crate::sign(key, timestamp, &body)),
+            SignatureScheme::Standard => {
+                // The same id on every attempt: receivers deduplicate retries by it.
+                let id = format!("msg_{}", message.id);
+                let signature = crate::standard::sign(key, &id, timestamp, &body);
+                request
+                    .header("webhook-id", id)
+                    .header("webhook-timestamp", timestamp.to_string())
+                    .header("webhook-signature", signature)
+            }
+        };
+        let response = request
             .timeout(Duration::from_secs(15))
             .body(body)
             .send()

@@ -1,5 +1,6 @@
 //! `POST /v1/webhooks/NAME/messages` and `GET /v1/webhooks/NAME/conversations/ID/messages`.
 
+use crate::SignatureScheme;
 use crate::error::{ApiError, err, unavailable};
 use crate::signature::{self, SignatureError};
 use crate::state::{AppState, MAX_WAIT_SECS, WebhookEndpoint};
@@ -67,14 +68,33 @@ async fn post_message(
             )
         })?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    signature::verify(
-        endpoint.secret.expose_secret().as_bytes(),
-        header("x-ferroclaw-timestamp"),
-        header("x-ferroclaw-signature"),
-        &body,
-        now_secs(),
-    )
-    .map_err(|e: SignatureError| err(StatusCode::UNAUTHORIZED, e.message()))?;
+    let key = endpoint.signing.key();
+    // Under Standard Webhooks the signed `webhook-id` stands in for a missing `message_id`.
+    let signed_id = match endpoint.signing.scheme {
+        SignatureScheme::Ferroclaw => {
+            signature::verify(
+                key,
+                header("x-ferroclaw-timestamp"),
+                header("x-ferroclaw-signature"),
+                &body,
+                now_secs(),
+            )
+            .map_err(|e: SignatureError| err(StatusCode::UNAUTHORIZED, e.message()))?;
+            None
+        }
+        SignatureScheme::Standard => {
+            crate::standard::verify(
+                key,
+                header("webhook-id"),
+                header("webhook-timestamp"),
+                header("webhook-signature"),
+                &body,
+                now_secs(),
+            )
+            .map_err(|e| err(StatusCode::UNAUTHORIZED, e.message()))?;
+            header("webhook-id").map(|id| id.trim().to_string())
+        }
+    };
 
     let wait = match query.map(|q| q.0.wait) {
         Ok(None) => None,
@@ -90,7 +110,8 @@ async fn post_message(
         ),
         Err(_) => return Err(err(StatusCode::BAD_REQUEST, "malformed query string")),
     };
-    let message = parse_body(&name, &body).map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
+    let message = parse_body(&name, &body, signed_id.as_deref())
+        .map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
     let message_id = message.platform_message_id.clone();
     let conversation_id = message.route.chat_id.clone();
     let accepted = state.inbox.accept(message).await.map_err(|e| {
@@ -149,8 +170,13 @@ async fn post_message(
         .into_response())
 }
 
-/// Validate the JSON body; the error names the offending field.
-pub(crate) fn parse_body(name: &str, body: &[u8]) -> Result<InboundMessage, String> {
+/// Validate the JSON body; the error names the offending field. `default_id` (a signed
+/// `webhook-id`) is the message id when the body has none.
+pub(crate) fn parse_body(
+    name: &str,
+    body: &[u8],
+    default_id: Option<&str>,
+) -> Result<InboundMessage, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
     let object = value.as_object().ok_or("body must be a JSON object")?;
     let string = |field: &str| -> Result<String, String> {
@@ -162,7 +188,10 @@ pub(crate) fn parse_body(name: &str, body: &[u8]) -> Result<InboundMessage, Stri
         }
     };
     let conversation_id = string("conversation_id")?;
-    let message_id = string("message_id")?;
+    let message_id = match (object.get("message_id"), default_id) {
+        (None, Some(id)) => id.to_string(),
+        _ => string("message_id")?,
+    };
     let text = match object.get("text") {
         Some(Value::String(s)) => s.clone(),
         Some(_) => return Err("field `text` must be a string".into()),
@@ -293,12 +322,13 @@ mod tests {
             ),
         ];
         for (body, expected) in cases {
-            let err = parse_body("w", body.as_bytes()).unwrap_err();
+            let err = parse_body("w", body.as_bytes(), None).unwrap_err();
             assert!(err.contains(expected), "{body} gave {err}");
         }
         let ok = parse_body(
             "w",
             br#"{"conversation_id":"c-42","thread_id":"t","message_id":"m-1","sender":{"id":"u-7","name":"Alice"},"text":"hello"}"#,
+            None,
         )
         .unwrap();
         assert_eq!(ok.route.session_key(), "agent:main:webhook:w:c-42:thread:t");

@@ -10,13 +10,14 @@ mod error;
 mod events;
 mod ingress;
 mod signature;
+pub mod standard;
 mod state;
 
 pub use callback::WebhookChannel;
 pub use ferroclaw_channel_core::MessageLog;
 pub use ingress::router;
 pub use signature::{sign, verify};
-pub use state::WebhookEndpoint;
+pub use state::{Signing, WebhookEndpoint};
 
 /// Channel instance name for webhook `name` (`webhook:NAME`).
 pub fn channel_name(name: &str) -> String {
@@ -30,6 +31,8 @@ pub fn channel_name(name: &str) -> String {
 pub struct EndpointConfig {
     pub secret_env: String,
     pub callback_url: String,
+    /// How requests and callbacks are signed.
+    pub signature: SignatureScheme,
 }
 
 impl Default for EndpointConfig {
@@ -37,8 +40,18 @@ impl Default for EndpointConfig {
         EndpointConfig {
             secret_env: "FERROCLAW_WEBHOOK_SECRET".into(),
             callback_url: String::new(),
+            signature: SignatureScheme::Ferroclaw,
         }
     }
+}
+
+/// `signature = "ferroclaw"` (default: `X-Ferroclaw-Timestamp` and `X-Ferroclaw-Signature`)
+/// or `"standard"` (Standard Webhooks, with a `whsec_` secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SignatureScheme {
+    Ferroclaw,
+    Standard,
 }
 
 /// One endpoint as the factory takes it (the secret resolved by the service).
@@ -47,6 +60,7 @@ pub struct EndpointSettings {
     pub secret: secrecy::SecretString,
     /// Empty: no callbacks (clients read the list or the event stream).
     pub callback_url: String,
+    pub signature: SignatureScheme,
 }
 
 /// Every configured webhook endpoint, served by one set of routes.
@@ -58,33 +72,42 @@ pub struct Settings {
 }
 
 /// The adapter factory: one channel per endpoint, and the routes once the inbox exists.
-pub fn build(settings: Settings) -> ferroclaw_channel_core::Built {
+/// Refuses a Standard Webhooks endpoint whose secret is not a `whsec_` secret.
+pub fn build(
+    settings: Settings,
+) -> Result<ferroclaw_channel_core::Built, ferroclaw_channel_core::BuildError> {
     use std::sync::Arc;
-    let channels = settings
-        .endpoints
-        .iter()
-        .map(|e| {
-            Arc::new(WebhookChannel::new(
-                &e.name,
-                e.secret.clone(),
-                &e.callback_url,
-                settings.http.clone(),
-            )) as Arc<dyn ferroclaw_channel_core::Channel>
-        })
-        .collect();
-    let endpoints = settings
-        .endpoints
-        .into_iter()
-        .map(|e| (e.name, WebhookEndpoint { secret: e.secret }))
-        .collect();
-    ferroclaw_channel_core::Built {
+    let mut channels: Vec<Arc<dyn ferroclaw_channel_core::Channel>> = Vec::new();
+    let mut endpoints = std::collections::HashMap::new();
+    for e in settings.endpoints {
+        let signing = Signing::new(e.signature, &e.secret).map_err(|m| {
+            ferroclaw_channel_core::BuildError::new(
+                format!("channels.webhook.{}.secret_env", e.name),
+                m,
+            )
+        })?;
+        channels.push(Arc::new(WebhookChannel::new(
+            &e.name,
+            signing.clone(),
+            &e.callback_url,
+            settings.http.clone(),
+        )));
+        endpoints.insert(
+            e.name,
+            WebhookEndpoint {
+                secret: e.secret,
+                signing,
+            },
+        );
+    }
+    Ok(ferroclaw_channel_core::Built {
         channels,
         access: Vec::new(),
         receiver: Box::new(Routes {
             endpoints,
             max_body_bytes: settings.max_body_bytes,
         }),
-    }
+    })
 }
 
 /// The receiving side: the HTTP routes.

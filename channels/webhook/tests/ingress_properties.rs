@@ -67,9 +67,11 @@ fn app() -> axum::Router {
     let mut endpoints = HashMap::new();
     endpoints.insert(
         "main".to_string(),
-        WebhookEndpoint {
-            secret: "s3cret".to_string().into(),
-        },
+        WebhookEndpoint::new(
+            "s3cret".to_string().into(),
+            ferroclaw_channel_webhook::SignatureScheme::Ferroclaw,
+        )
+        .unwrap(),
     );
     router(
         endpoints,

@@ -8,6 +8,7 @@ pub mod inproc;
 pub mod llm;
 pub mod metrics;
 pub mod pg;
+pub mod python;
 pub mod receiver;
 pub mod service;
 pub mod telegram;

@@ -15,6 +15,8 @@ pub struct Received {
     pub raw: String,
     pub timestamp: String,
     pub signature: String,
+    /// Every header, lower-case names.
+    pub headers: Vec<(String, String)>,
 }
 
 pub struct Receiver {
@@ -88,6 +90,10 @@ async fn handle(State(state): State<Arc<Inner>>, headers: HeaderMap, raw: String
         raw: raw.clone(),
         timestamp: header("x-ferroclaw-timestamp"),
         signature: header("x-ferroclaw-signature"),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+            .collect(),
     });
     StatusCode::OK
 }
