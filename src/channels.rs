@@ -13,7 +13,20 @@ pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::R
     built.extend(webhook(loaded, http)?);
     built.extend(telegram(loaded)?);
     built.extend(discord(loaded)?);
+    built.extend(openai(loaded));
     Ok(built)
+}
+
+/// The OpenAI-compatible endpoint, when its token variable is set.
+fn openai(loaded: &LoadedConfig) -> Option<Built> {
+    let token = loaded.secrets.api_token.clone()?;
+    Some(ferroclaw_channel_openai::build(
+        ferroclaw_channel_openai::Settings {
+            token,
+            agents: vec!["main".into()],
+            max_body_bytes: loaded.config.server.max_body_bytes,
+        },
+    ))
 }
 
 fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Option<Built>> {

@@ -247,6 +247,13 @@ impl MessageLog for OutboxLog {
         self.turns.wait(&*self.store, journal_id, timeout).await
     }
 
+    async fn session_usage(&self, session_key: &str) -> Result<(i64, i64), LogUnavailable> {
+        match self.store.session_get(session_key).await {
+            Ok(row) => Ok(row.map_or((0, 0), |r| (r.tokens_in, r.tokens_out))),
+            Err(e) => Err(LogUnavailable(e.to_string())),
+        }
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<String> {
         self.outbox.subscribe()
     }

@@ -50,6 +50,8 @@ pub struct Secrets {
     /// (`channels.telegram.token_env`, `channels.webhook.NAME.secret_env`).
     pub channels: BTreeMap<String, SecretString>,
     pub admin_token: Option<SecretString>,
+    /// The OpenAI-compatible endpoint's bearer token (`api.token_env`); None: not served.
+    pub api_token: Option<SecretString>,
 }
 
 impl Secrets {
@@ -311,6 +313,9 @@ fn validate(
     }
     if !config.server.admin_token_env.is_empty() {
         secrets.admin_token = secret(&config.server.admin_token_env);
+    }
+    if !config.api.token_env.is_empty() {
+        secrets.api_token = secret(&config.api.token_env);
     }
     secrets
 }

@@ -55,14 +55,22 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
         )
         .ok();
     }
-    if !config.server.admin_token_env.is_empty() {
-        writeln!(
-            out,
-            "# server.admin_token_env = {}: {}",
-            config.server.admin_token_env,
-            state(loaded.secrets.admin_token.as_ref())
-        )
-        .ok();
+    let tokens = [
+        (
+            "server.admin_token_env",
+            &config.server.admin_token_env,
+            &loaded.secrets.admin_token,
+        ),
+        (
+            "api.token_env",
+            &config.api.token_env,
+            &loaded.secrets.api_token,
+        ),
+    ];
+    for (key, var, token) in tokens {
+        if !var.is_empty() {
+            writeln!(out, "# {key} = {var}: {}", state(token.as_ref())).ok();
+        }
     }
     for warning in &loaded.warnings {
         writeln!(out, "# warning: {warning}").ok();

@@ -16,6 +16,23 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub tools: ToolsConfig,
     pub channels: ChannelsConfig,
+    pub api: ApiConfig,
+}
+
+/// `[api]`: the OpenAI-compatible endpoint (served only when the token variable is set).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// The variable holding the bearer token of `/v1/chat/completions` and `/v1/models`.
+    pub token_env: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            token_env: "FERROCLAW_API_TOKEN".into(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -30,6 +47,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             tools: ToolsConfig::default(),
             channels: ChannelsConfig::default(),
+            api: ApiConfig::default(),
         }
     }
 }

@@ -11,6 +11,7 @@ mod discord;
 mod engine_loop;
 mod hardening;
 mod message_path;
+mod openai_api;
 mod operability;
 mod plan;
 mod providers;

@@ -126,6 +126,10 @@ pub trait MessageLog: Send + Sync {
     ) -> Result<Vec<OutboundMessage>, LogUnavailable>;
     /// Wait until the turn of journal entry `journal_id` has ended; false on timeout.
     async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool;
+    /// Tokens the session has used so far (input, output); (0, 0) for an unknown session.
+    async fn session_usage(&self, _session_key: &str) -> Result<(i64, i64), LogUnavailable> {
+        Ok((0, 0))
+    }
     /// Wakes when new bot messages may exist (a hint: readers re-query after it).
     fn subscribe(&self) -> broadcast::Receiver<String>;
 }

@@ -320,7 +320,10 @@ async fn handle(
                 .chunks(size.max(1))
                 .map(|c| format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content": c.iter().collect::<String>()}}]})))
                 .collect();
-            events.push("data: [DONE]\n\n".to_string());
+            events.push(format!(
+                "data: {}\n\ndata: [DONE]\n\n",
+                json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7}})
+            ));
             let stream = futures::stream::unfold(
                 (events.into_iter(), true),
                 move |(mut it, first)| async move {
