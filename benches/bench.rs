@@ -26,6 +26,11 @@ async fn main() {
 
     // Thousands of connections in flight (stand-ins and the service alike).
     ferroclaw::http_server::raise_file_limit();
+    // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
+    if let Some(n) = arg("--inflight-only") {
+        in_flight(&bin, n).await;
+        return;
+    }
     let llm = start_llm().await;
     let receiver = Receiver::start().await;
 

@@ -8,7 +8,9 @@ use crate::engine::{Engine, LiveFeedback};
 use crate::ingress::Ingress;
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryClaims, DeliveryWorker, OutboxNotifier};
-use crate::providers::{AnthropicProvider, FallbackChain, ModelProvider, ModelRef, OpenAiProvider};
+use crate::providers::{
+    AnthropicProvider, FallbackChain, KeyRing, ModelProvider, ModelRef, OpenAiProvider,
+};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::spawn::Spawner;
 use crate::storage::{self, Store};
@@ -362,33 +364,43 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
     let http = crate::http::shared();
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     let mut unusable = HashMap::new();
+    let mut rings = HashMap::new();
+    let cooldown = Duration::from_secs(config.fallback.cooldown_secs);
     for (name, provider) in &config.providers {
         if loaded.unusable_providers.contains(name) {
-            let var = provider.api_key_env.as_deref().unwrap_or("");
+            let vars = provider.key_vars().join(" or ");
             unusable.insert(
                 name.clone(),
-                format!("provider `{name}` needs its API key in {var}"),
+                format!("provider `{name}` needs its API key in {vars}"),
             );
             continue;
         }
-        let key = loaded.secrets.provider_keys.get(name).cloned().flatten();
-        match provider.kind {
-            ProviderKind::Openai => {
-                providers.insert(
-                    name.clone(),
-                    Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key)),
-                );
+        let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
+            match provider.kind {
+                ProviderKind::Openai => {
+                    Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key))
+                }
+                ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+                    http.clone(),
+                    provider.base_url(),
+                    key,
+                )),
             }
-            ProviderKind::Anthropic => {
-                providers.insert(
-                    name.clone(),
-                    Arc::new(AnthropicProvider::new(
-                        http.clone(),
-                        provider.base_url(),
-                        key,
-                    )),
-                );
-            }
+        };
+        let keys = loaded
+            .secrets
+            .provider_keys
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
+        if keys.len() > 1 {
+            // Auth profiles: one provider per key behind a key ring.
+            let profiles = keys.into_iter().map(|k| one(Some(k))).collect();
+            let ring = Arc::new(KeyRing::new(name, profiles, cooldown));
+            rings.insert(name.clone(), ring.clone());
+            providers.insert(name.clone(), ring);
+        } else {
+            providers.insert(name.clone(), one(keys.into_iter().next()));
         }
     }
     let fallbacks = config
@@ -405,5 +417,6 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
         Duration::from_secs(config.fallback.cooldown_secs),
         Duration::from_secs(config.fallback.request_timeout_secs),
     )
-    .with_max_concurrent(config.fallback.max_concurrent_requests))
+    .with_max_concurrent(config.fallback.max_concurrent_requests)
+    .with_key_rings(rings))
 }

@@ -44,8 +44,11 @@ impl std::error::Error for ConfigError {}
 /// Secrets read from the environment variables that `*_env` keys name.
 #[derive(Default)]
 pub struct Secrets {
-    /// Provider name → API key (None: no key configured, the provider is called without one).
-    pub provider_keys: BTreeMap<String, Option<SecretString>>,
+    /// Provider name → its API keys that are set, in configured order (empty: none
+    /// configured, the provider is called without one, or none set: it is unusable).
+    pub provider_keys: BTreeMap<String, Vec<SecretString>>,
+    /// Key variables of providers that are not set (for `config show`).
+    pub unset_key_vars: std::collections::BTreeSet<String>,
     /// Channel secrets by the config key naming their variable
     /// (`channels.telegram.token_env`, `channels.webhook.NAME.secret_env`).
     pub channels: BTreeMap<String, SecretString>,
@@ -116,7 +119,7 @@ pub fn load_with(
     let unusable_providers = secrets
         .provider_keys
         .iter()
-        .filter(|(name, key)| key.is_none() && config.providers[*name].api_key_env.is_some())
+        .filter(|(name, keys)| keys.is_empty() && !config.providers[*name].key_vars().is_empty())
         .map(|(name, _)| name.clone())
         .collect();
     Ok(LoadedConfig {
@@ -262,13 +265,34 @@ fn validate(
 
     let mut secrets = Secrets::default();
     for (name, provider) in &config.providers {
-        let key = provider.api_key_env.as_deref().and_then(secret);
-        if let (Some(var), None) = (&provider.api_key_env, &key) {
+        let vars = provider.key_vars();
+        let keys: Vec<SecretString> = vars.iter().filter_map(|v| secret(v)).collect();
+        let missing: Vec<&str> = vars
+            .iter()
+            .copied()
+            .filter(|v| secret(v).is_none())
+            .collect();
+        if !vars.is_empty() && keys.is_empty() {
+            let key = if provider.api_key_env.is_some() {
+                "api_key_env"
+            } else {
+                "api_key_envs"
+            };
             warnings.push(format!(
-                "provider `{name}` skipped: environment variable {var} (providers.{name}.api_key_env) is not set"
+                "provider `{name}` skipped: environment variable {} (providers.{name}.{key}) is not set",
+                missing.join(", ")
+            ));
+        } else if !missing.is_empty() {
+            warnings.push(format!(
+                "provider `{name}`: key variable {} is not set; using the other {} key(s)",
+                missing.join(", "),
+                keys.len()
             ));
         }
-        secrets.provider_keys.insert(name.clone(), key);
+        secrets
+            .unset_key_vars
+            .extend(missing.iter().map(|v| v.to_string()));
+        secrets.provider_keys.insert(name.clone(), keys);
     }
 
     // The secrets the enabled channels need; a problem naming the key when one is missing.

@@ -35,12 +35,18 @@ pub fn render_redacted(loaded: &LoadedConfig) -> String {
         }
     };
     let config = &loaded.config;
-    for (name, key) in &loaded.secrets.provider_keys {
-        if let Some(var) = &config.providers[name].api_key_env {
+    for (name, provider) in &config.providers {
+        for var in provider.key_vars() {
+            let set = !loaded.secrets.unset_key_vars.contains(var);
+            let key = if provider.api_key_env.as_deref() == Some(var) {
+                "api_key_env"
+            } else {
+                "api_key_envs"
+            };
             writeln!(
                 out,
-                "# providers.{name}.api_key_env = {var}: {}",
-                state(key.as_ref())
+                "# providers.{name}.{key} = {var}: {}",
+                if set { "set, [REDACTED]" } else { "not set" }
             )
             .ok();
         }

@@ -60,6 +60,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
             kind: ProviderKind::Openai,
             base_url: Some("https://api.openai.com/v1".into()),
             api_key_env: Some("OPENAI_API_KEY".into()),
+            api_key_envs: Vec::new(),
         },
     );
     providers.insert(
@@ -68,6 +69,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
             kind: ProviderKind::Anthropic,
             base_url: Some("https://api.anthropic.com".into()),
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
+            api_key_envs: Vec::new(),
         },
     );
     providers
@@ -164,6 +166,10 @@ pub struct ProviderConfig {
     /// (Ollama, llama.cpp, vLLM on loopback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// More keys of the same provider (auth profiles): a rate-limited, exhausted or refused
+    /// key cools down and the next is used; a session sticks to a healthy key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_key_envs: Vec<String>,
 }
 
 fn default_provider_kind() -> ProviderKind {
@@ -171,6 +177,15 @@ fn default_provider_kind() -> ProviderKind {
 }
 
 impl ProviderConfig {
+    /// Every variable naming a key of this provider, `api_key_env` first.
+    pub fn key_vars(&self) -> Vec<&str> {
+        self.api_key_env
+            .iter()
+            .chain(&self.api_key_envs)
+            .map(String::as_str)
+            .collect()
+    }
+
     pub fn base_url(&self) -> &str {
         match (&self.base_url, self.kind) {
             (Some(url), _) => url,

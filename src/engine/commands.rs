@@ -241,6 +241,12 @@ impl Engine {
         );
         if let Some(last) = &session.last_model {
             let _ = writeln!(out, "Last answer from: {last}");
+            // Auth profiles are named by index, never by key.
+            let profile = ModelRef::parse(last)
+                .and_then(|m| self.chain.key_profile(&m.provider, &session.key));
+            if let Some((i, n)) = profile {
+                let _ = writeln!(out, "API key: profile #{i} of {n}");
+            }
         }
         let _ = write!(
             out,

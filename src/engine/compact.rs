@@ -143,6 +143,7 @@ async fn summarise(
         system: SUMMARY_PROMPT.into(),
         messages: vec![ChatMessage::text(Role::User, text)],
         tools: std::sync::Arc::new([]),
+        affinity: Some(session.key.as_str().into()),
     };
     let model = engine.session_model(session);
     match engine.chain.complete_from(&model, &request, &|_| {}).await {

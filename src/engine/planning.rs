@@ -40,6 +40,7 @@ impl Engine {
                 system: system.clone(),
                 messages: messages.clone(),
                 tools: tools.clone(),
+                affinity: Some(session.key.as_str().into()),
             };
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(output),

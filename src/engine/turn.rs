@@ -66,6 +66,7 @@ impl Engine {
         let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
+        let affinity: Arc<str> = session.key.as_str().into();
         let mut calls = 0;
         while calls < max {
             let mut messages = history.clone();
@@ -79,6 +80,7 @@ impl Engine {
                 system,
                 messages,
                 tools: tools.clone(),
+                affinity: Some(affinity.clone()),
             };
             calls += 1;
             let result = tokio::select! {

@@ -6,7 +6,7 @@
 //! tried. Invalid requests and context-length errors never move on. Once text has streamed
 //! to the user the chain never switches model.
 
-use super::{ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError};
+use super::{ChatRequest, ChatResponse, DeltaSink, KeyRing, ModelProvider, ProviderError};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +63,8 @@ pub struct FallbackChain {
     cooling: Mutex<HashMap<ModelRef, Instant>>,
     /// Model calls in flight at once, all providers together (`fallback.max_concurrent_requests`).
     in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    /// Providers with several API keys, for `/status`.
+    rings: HashMap<String, Arc<KeyRing>>,
 }
 
 impl FallbackChain {
@@ -83,6 +85,7 @@ impl FallbackChain {
             request_timeout,
             cooling: Mutex::new(HashMap::new()),
             in_flight: None,
+            rings: HashMap::new(),
         }
     }
 
@@ -90,6 +93,19 @@ impl FallbackChain {
     pub fn with_max_concurrent(mut self, n: usize) -> Self {
         self.in_flight = (n > 0).then(|| Arc::new(tokio::sync::Semaphore::new(n)));
         self
+    }
+
+    /// Providers reached with several API keys (auth profiles).
+    pub fn with_key_rings(mut self, rings: HashMap<String, Arc<KeyRing>>) -> Self {
+        self.rings = rings;
+        self
+    }
+
+    /// The key profile (1-based) and the number of keys `session` uses at `provider`, when
+    /// that provider has several keys and the session has used one.
+    pub fn key_profile(&self, provider: &str, session: &str) -> Option<(usize, usize)> {
+        let ring = self.rings.get(provider)?;
+        ring.profile_of(session).map(|i| (i + 1, ring.len()))
     }
 
     /// True when `model` names a configured provider (usable or not).

@@ -9,12 +9,14 @@
 mod anthropic;
 mod chain;
 mod http_error;
+mod key_ring;
 mod openai;
 mod sse;
 mod stream_limits;
 
 pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};
+pub use key_ring::KeyRing;
 pub use openai::OpenAiProvider;
 
 use async_trait::async_trait;
@@ -89,6 +91,9 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     /// Shared by every call of a turn (thousands of turns may wait at once).
     pub tools: std::sync::Arc<[ToolSpec]>,
+    /// Who is asking (the session key): a provider with several API keys keeps a session on
+    /// one key while it is healthy.
+    pub affinity: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,6 +130,9 @@ pub enum ProviderError {
     ModelNotFound,
     #[error("context too long")]
     ContextTooLong,
+    /// Every API key of the provider is cooling down or was refused (auth profiles).
+    #[error("all {keys} API keys are cooling down or refused ({tried} tried now)")]
+    KeysExhausted { keys: usize, tried: usize },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("unreadable response: {0}")]
@@ -144,6 +152,7 @@ impl ProviderError {
             ProviderError::Billing => "billing",
             ProviderError::ModelNotFound => "model_not_found",
             ProviderError::ContextTooLong => "context_too_long",
+            ProviderError::KeysExhausted { .. } => "keys_exhausted",
             ProviderError::InvalidRequest(_) => "invalid_request",
             ProviderError::Protocol(_) => "protocol_error",
         }

@@ -20,6 +20,7 @@ fn request() -> ChatRequest {
             description: "d".into(),
             parameters: std::sync::Arc::new(json!({"type":"object"})),
         }]),
+        affinity: None,
     }
 }
 

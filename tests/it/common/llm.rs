@@ -119,8 +119,12 @@ pub struct LlmStandIn {
     state: Arc<Inner>,
 }
 
+/// Decides by the request's key (`Authorization` or `x-api-key` value) before the script.
+type KeyRule = dyn Fn(&str) -> Option<Behaviour> + Send + Sync;
+
 struct Inner {
     script: Box<Script>,
+    key_rule: Option<Box<KeyRule>>,
     requests: Mutex<Vec<Recorded>>,
     piece: usize,
 }
@@ -138,11 +142,31 @@ impl LlmStandIn {
         piece: usize,
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
     ) -> Self {
-        let state = Arc::new(Inner {
+        Self::serve(Inner {
             script: Box::new(script),
+            key_rule: None,
             requests: Mutex::new(Vec::new()),
             piece,
-        });
+        })
+        .await
+    }
+
+    /// As [`start`], with `key_rule(key)` answering first where it returns a behaviour.
+    pub async fn start_keyed(
+        key_rule: impl Fn(&str) -> Option<Behaviour> + Send + Sync + 'static,
+        script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
+    ) -> Self {
+        Self::serve(Inner {
+            script: Box::new(script),
+            key_rule: Some(Box::new(key_rule)),
+            requests: Mutex::new(Vec::new()),
+            piece: 7,
+        })
+        .await
+    }
+
+    async fn serve(inner: Inner) -> Self {
+        let state = Arc::new(inner);
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
@@ -258,7 +282,12 @@ async fn handle(
         });
         requests.len() - 1
     };
-    let behaviour = (state.script)(&body, index);
+    let key = auth.and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let behaviour = state
+        .key_rule
+        .as_ref()
+        .and_then(|rule| rule(key))
+        .unwrap_or_else(|| (state.script)(&body, index));
     let finish = {
         let state = state.clone();
         move || state.requests.lock().unwrap()[index].finished = Some(Instant::now())
