@@ -72,6 +72,23 @@ pub enum Command {
         #[command(subcommand)]
         command: PairingCommand,
     },
+    /// Local model files (the cache in $FERROCLAW_HOME/models)
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Download a known model into the cache (again, even when it is there)
+    Fetch {
+        /// The model's name (see `model list`)
+        #[arg(default_value = "smollm2-135m")]
+        name: String,
+    },
+    /// List the known models and which are cached
+    List,
 }
 
 #[derive(Debug, Subcommand)]

