@@ -467,6 +467,9 @@ async fn spawn(
         .current_dir(dir)
         .env("BENCH_SECRET", SECRET)
         .env("FERROCLAW_LOG", "warn")
+        // The stand-in answers; the local model is never wanted here.
+        .env("FERROCLAW_OFFLINE", "1")
+        .env("FERROCLAW_HOME", dir.join("home"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -358,6 +358,55 @@ fn access_from(rules: Vec<(String, AccessRule)>) -> Access {
     )
 }
 
+/// A `kind = "local"` provider, or why it cannot be used: a build without it, or a known
+/// model that is not cached while fetching is forbidden (then it is skipped like a provider
+/// without its key, and named only when no model is usable).
+fn local_provider(
+    config: &Config,
+    name: &str,
+    provider: &crate::config::ProviderConfig,
+) -> Result<Arc<dyn ModelProvider>, String> {
+    #[cfg(not(feature = "local-model"))]
+    {
+        let _ = (config, provider);
+        Err(format!(
+            "provider `{name}` is a local model, and this build has none (feature `local-model`)"
+        ))
+    }
+    #[cfg(feature = "local-model")]
+    {
+        use crate::providers::{LocalProvider, ModelSource};
+        let source = match &provider.model_path {
+            Some(path) => ModelSource::File(path.into()),
+            None => {
+                // The chain's models at this provider must be known, and cached when offline.
+                let prefix = format!("{name}/");
+                let ids = std::iter::once(&config.agent.model)
+                    .chain(&config.agent.fallbacks)
+                    .filter_map(|m| m.strip_prefix(&prefix));
+                for id in ids {
+                    let Some(known) = crate::models::known(id) else {
+                        return Err(format!(
+                            "{name}/{id} is not a known model; set providers.{name}.model_path"
+                        ));
+                    };
+                    if crate::models::offline() && crate::models::cached(known).is_none() {
+                        return Err(format!(
+                            "{name}/{id} is not in the model cache and FERROCLAW_OFFLINE forbids fetching it (run `ferroclaw model fetch {id}`)"
+                        ));
+                    }
+                }
+                ModelSource::Catalog
+            }
+        };
+        Ok(Arc::new(LocalProvider::new(
+            source,
+            provider.threads,
+            provider.context_tokens.unwrap_or(2048),
+        )))
+    }
+}
+
 /// Build providers for every configured provider with its key, then the chain.
 pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
     let config = &loaded.config;
@@ -375,16 +424,25 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
             );
             continue;
         }
+        if provider.kind == ProviderKind::Local {
+            match local_provider(config, name, provider) {
+                Ok(local) => {
+                    providers.insert(name.clone(), local);
+                }
+                Err(why) => {
+                    unusable.insert(name.clone(), why);
+                }
+            }
+            continue;
+        }
         let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
             match provider.kind {
-                ProviderKind::Openai => {
-                    Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key))
-                }
                 ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
                     http.clone(),
                     provider.base_url(),
                     key,
                 )),
+                _ => Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key)),
             }
         };
         let keys = loaded

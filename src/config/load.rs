@@ -106,9 +106,14 @@ pub fn load_with(
     };
     figment = figment.merge(Env::prefixed("FERROCLAW__").split("__"));
 
-    let config: Config = figment.extract().map_err(|err| ConfigError {
+    let mut config: Config = figment.extract().map_err(|err| ConfigError {
         problems: err.into_iter().map(figment_problem).collect(),
     })?;
+    // The embedded local model is always there (a `[providers.local]` of one's own wins).
+    config
+        .providers
+        .entry("local".into())
+        .or_insert_with(crate::config::schema::ProviderConfig::builtin_local);
 
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -261,6 +266,17 @@ fn validate(
     }
     if config.sandbox.cpus <= 0.0 {
         problem("sandbox.cpus", "must be greater than 0".into());
+    }
+
+    for (name, provider) in &config.providers {
+        if let Some(path) = &provider.model_path
+            && !std::path::Path::new(path).is_file()
+        {
+            problem(
+                &format!("providers.{name}.model_path"),
+                format!("no model file at {path}"),
+            );
+        }
     }
 
     let mut secrets = Secrets::default();

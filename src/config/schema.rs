@@ -60,7 +60,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
             kind: ProviderKind::Openai,
             base_url: Some("https://api.openai.com/v1".into()),
             api_key_env: Some("OPENAI_API_KEY".into()),
-            api_key_envs: Vec::new(),
+            ..ProviderConfig::builtin_local()
         },
     );
     providers.insert(
@@ -69,7 +69,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
             kind: ProviderKind::Anthropic,
             base_url: Some("https://api.anthropic.com".into()),
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
-            api_key_envs: Vec::new(),
+            ..ProviderConfig::builtin_local()
         },
     );
     providers
@@ -138,7 +138,8 @@ impl Default for AgentConfig {
         AgentConfig {
             system_prompt: "You are a helpful assistant.".into(),
             model: "openai/gpt-4.1-mini".into(),
-            fallbacks: Vec::new(),
+            // The chain ends with the embedded local model: with no API key set, it answers.
+            fallbacks: vec!["local/smollm2-135m".into()],
             max_iterations: 24,
             max_context_tokens: 100_000,
             workspace: "./workspace".into(),
@@ -152,6 +153,8 @@ impl Default for AgentConfig {
 pub enum ProviderKind {
     Openai,
     Anthropic,
+    /// A GGUF model run in-process (`model_path`, or a known model by id from the cache).
+    Local,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -170,6 +173,31 @@ pub struct ProviderConfig {
     /// key cools down and the next is used; a session sticks to a healthy key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_key_envs: Vec<String>,
+    /// `kind = "local"`: the GGUF file (unset: the model id names a known model, fetched
+    /// into the cache on first use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_path: Option<String>,
+    /// `kind = "local"`: CPU threads (default: all cores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// `kind = "local"`: the context window in tokens (default 2048).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u32>,
+}
+
+impl ProviderConfig {
+    /// The built-in `local` provider: known models from the cache.
+    pub fn builtin_local() -> Self {
+        ProviderConfig {
+            kind: ProviderKind::Local,
+            base_url: None,
+            api_key_env: None,
+            api_key_envs: Vec::new(),
+            model_path: None,
+            threads: None,
+            context_tokens: None,
+        }
+    }
 }
 
 fn default_provider_kind() -> ProviderKind {
@@ -191,6 +219,7 @@ impl ProviderConfig {
             (Some(url), _) => url,
             (None, ProviderKind::Openai) => "https://api.openai.com/v1",
             (None, ProviderKind::Anthropic) => "https://api.anthropic.com",
+            (None, ProviderKind::Local) => "",
         }
     }
 }

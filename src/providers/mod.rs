@@ -10,6 +10,8 @@ mod anthropic;
 mod chain;
 mod http_error;
 mod key_ring;
+#[cfg(feature = "local-model")]
+mod local;
 mod openai;
 mod sse;
 mod stream_limits;
@@ -17,6 +19,8 @@ mod stream_limits;
 pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};
 pub use key_ring::KeyRing;
+#[cfg(feature = "local-model")]
+pub use local::{LocalProvider, ModelSource};
 pub use openai::OpenAiProvider;
 
 use async_trait::async_trait;

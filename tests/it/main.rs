@@ -11,6 +11,7 @@ mod config_check;
 mod discord;
 mod engine_loop;
 mod hardening;
+mod local_model;
 mod message_path;
 mod openai_api;
 mod operability;

@@ -7,6 +7,7 @@ pub mod hook;
 pub mod inproc;
 pub mod llm;
 pub mod metrics;
+pub mod models;
 pub mod pg;
 pub mod python;
 pub mod receiver;

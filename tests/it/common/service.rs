@@ -80,6 +80,9 @@ impl Service {
             .arg(work.config())
             .current_dir(work.path())
             .env("FERROCLAW_LOG", "info")
+            // No local model unless a test asks for it (see `models.rs`).
+            .env("FERROCLAW_OFFLINE", "1")
+            .env("FERROCLAW_HOME", work.path().join("home"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -186,6 +189,9 @@ pub fn run(dir: &Path, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Fini
         .args(args)
         .current_dir(dir)
         .env_remove("FERROCLAW_LOG")
+        // No local model unless a test asks for it (see `models.rs`).
+        .env("FERROCLAW_OFFLINE", "1")
+        .env("FERROCLAW_HOME", dir.join("home"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
