@@ -187,6 +187,8 @@ fn migrate_creates_the_database_and_every_subcommand_has_help() {
         &["chat", "--help"],
         &["migrate", "--help"],
         &["config", "check", "--help"],
+        &["model", "fetch", "--help"],
+        &["model", "list", "--help"],
     ] {
         let help = run(dir.path(), args, "", &[]);
         assert_eq!(help.code, Some(0), "{args:?}");
