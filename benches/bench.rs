@@ -26,6 +26,11 @@ async fn main() {
 
     // Thousands of connections in flight (stand-ins and the service alike).
     ferroclaw::http_server::raise_file_limit();
+    // `--local-only`: only the local model (section 5b).
+    if std::env::args().any(|a| a == "--local-only") {
+        local_model(&bin).await;
+        return;
+    }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
     if let Some(n) = arg("--inflight-only") {
         in_flight(&bin, n).await;
@@ -150,6 +155,10 @@ async fn main() {
 
     // 5. The sandbox: `exec` call to first output, on a cold and on a warm container.
     sandbox_first_output().await;
+
+    // 5b. The embedded local model through the OpenAI-compatible endpoint (the model file
+    // from `FERROCLAW_BENCH_HOME`, default the test cache).
+    local_model(&bin).await;
 
     // 6. PostgreSQL, one process and two (when FERROCLAW_BENCH_PG_URL names a server).
     match std::env::var("FERROCLAW_BENCH_PG_URL") {
@@ -384,6 +393,75 @@ impl ferroclaw::sandbox::OutputSink for FirstOutput {
     }
 }
 
+/// Load time, first-token latency and tokens/s of the local model, measured by a client of
+/// `/v1/chat/completions` (each streamed chunk is one token's text).
+async fn local_model(bin: &std::path::Path) {
+    use futures::StreamExt;
+    let home = std::env::var("FERROCLAW_BENCH_HOME")
+        .unwrap_or_else(|_| "/var/cache/ferroclaw-home".into());
+    if !std::path::Path::new(&home).join("models").is_dir() {
+        println!("local model: skipped (no model cache at {home}; run `ferroclaw model fetch`)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"local/smollm2-135m\"\nfallbacks = []\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "-c", "config.toml"])
+        .current_dir(dir.path())
+        .env("FERROCLAW_HOME", &home)
+        .env("FERROCLAW_OFFLINE", "1")
+        .env("FERROCLAW_API_TOKEN", "bench")
+        .env("FERROCLAW_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let client = reqwest::Client::new();
+    for round in ["first request (loads the model)", "second request"] {
+        let started = Instant::now();
+        let response = client
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth("bench")
+            .json(&serde_json::json!({"model": "ferroclaw", "stream": true,
+                "messages": [{"role": "user", "content": "Write a short story about a cat."}]}))
+            .send()
+            .await
+            .unwrap();
+        let mut events = eventsource_stream::Eventsource::eventsource(response.bytes_stream());
+        let (mut first, mut tokens) = (None, 0usize);
+        while let Some(Ok(event)) = events.next().await {
+            if event.data == "[DONE]" {
+                break;
+            }
+            let chunk: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+            if chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+            {
+                first.get_or_insert_with(|| started.elapsed());
+                tokens += 1;
+            }
+        }
+        let total = started.elapsed();
+        let first = first.unwrap_or(total);
+        println!(
+            "local model, {round}: first token {:.0} ms, {tokens} tokens at {:.1} tokens/s",
+            ms(first),
+            tokens.saturating_sub(1) as f64 / (total - first).as_secs_f64().max(1e-9)
+        );
+    }
+    stop(child);
+}
+
 async fn sandbox_first_output() {
     use ferroclaw::sandbox::{Availability, DockerSandbox, ExecRequest, Sandbox, docker::Settings};
     let dir = tempfile::tempdir().unwrap();
@@ -452,11 +530,7 @@ async fn spawn(
     callback: &str,
     extra: &str,
 ) -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n\
          [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n{extra}"
@@ -489,6 +563,15 @@ async fn wait_ready(base: &str) {
         assert!(Instant::now() < deadline, "service did not become ready");
         tokio::time::sleep(Duration::from_micros(500)).await;
     }
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn stop(mut child: Child) {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
+    // A model fetched on first use shows a progress bar here (log lines in `serve`).
+    crate::models::progress::prefer_bar();
     let terminal = Arc::new(CliChannel::stdout());
     let app = App::build(loaded, vec![terminal.clone()], Vec::new()).await?;
     let route = ChatRoute {

@@ -2,7 +2,24 @@
 //! line every tenth in `serve`.
 
 use super::Progress;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static BAR: AtomicBool = AtomicBool::new(false);
+
+/// This process is interactive (`chat`): fetches on first use draw a bar.
+pub fn prefer_bar() {
+    BAR.store(true, Ordering::Relaxed);
+}
+
+/// The progress display for fetching `what` on first use: a bar in `chat` (when stderr is a
+/// terminal), log lines otherwise.
+pub fn for_first_use(what: &str) -> Box<dyn Progress> {
+    if BAR.load(Ordering::Relaxed) && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        Box::new(Bar::new(what))
+    } else {
+        Box::new(Lines::new(what))
+    }
+}
 
 /// An `indicatif` progress bar on stderr (hidden when stderr is not a terminal).
 pub struct Bar(indicatif::ProgressBar);

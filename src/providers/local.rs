@@ -73,8 +73,8 @@ impl LocalProvider {
             ModelSource::Catalog => {
                 let known: &KnownModel =
                     crate::models::known(model).ok_or(ProviderError::ModelNotFound)?;
-                let lines = crate::models::progress::Lines::new(known.name);
-                crate::models::ensure(known, &lines)
+                let progress = crate::models::progress::for_first_use(known.name);
+                crate::models::ensure(known, progress.as_ref())
                     .await
                     .map_err(|e| ProviderError::Connect(e.to_string()))
             }
