@@ -14,35 +14,63 @@ use std::time::Duration;
 const SECRET: &str = "hook-secret";
 
 #[tokio::test(flavor = "multi_thread")]
-async fn with_no_api_key_chat_answers_from_the_local_model() {
+async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
     let home = home_with_model();
     let dir = tempfile::tempdir().unwrap();
-    let home = home.to_str().unwrap().to_string();
-    let out = tokio::task::spawn_blocking({
-        let dir = dir.path().to_path_buf();
-        move || {
-            run(
-                &dir,
-                &["chat"],
-                "What is the capital of France? Answer in one short sentence.\n",
-                &[
-                    ("FERROCLAW_HOME", &home),
-                    ("OPENAI_API_KEY", ""),
-                    ("ANTHROPIC_API_KEY", ""),
-                ],
-            )
+    let (dir_path, home) = (dir.path().to_path_buf(), home.to_str().unwrap().to_string());
+    // Read `chat`'s output as it comes: a streamed answer arrives in several writes.
+    let (reads, stderr) = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut child = std::process::Command::new(crate::common::service::BIN)
+            .arg("chat")
+            .current_dir(&dir_path)
+            .env("FERROCLAW_HOME", &home)
+            .env("FERROCLAW_OFFLINE", "1")
+            .env_remove("FERROCLAW_LOG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"Count from one to twenty in words, separated by commas.\n")
+            .unwrap();
+        drop(stdin);
+        let mut stdout = child.stdout.take().unwrap();
+        let mut reads = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => reads.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            }
         }
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "{stderr}");
+        (reads, stderr)
     })
     .await
     .unwrap();
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("model=\"local/smollm2-135m\""),
-        "answered by the local model: {}",
-        out.stderr
+        stderr.contains("model=\"local/smollm2-135m\""),
+        "answered by the local model: {stderr}"
     );
-    assert!(out.stdout.trim().len() > 3, "an answer: {:?}", out.stdout);
-    assert!(!out.stdout.contains("No model is usable"), "{}", out.stdout);
+    let answer = reads.concat();
+    assert!(answer.trim().len() > 10, "an answer: {answer:?}");
+    assert!(!answer.contains("No model is usable"), "{answer}");
+    assert!(
+        reads.len() >= 3,
+        "streamed in pieces, not printed at the end: {reads:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
