@@ -19,7 +19,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
 /// What the admin routes read.
 #[derive(Clone)]
@@ -64,21 +63,16 @@ pub fn router(admin: Option<Admin>) -> Router {
 /// The token from `Authorization: Bearer …` or, for a browser opening the status page,
 /// `?token=…`.
 fn given_token<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
-    headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .or_else(|| {
-            query?
-                .split('&')
-                .find_map(|pair| pair.strip_prefix("token="))
-        })
+    ferroclaw_channel_core::auth::bearer(headers).or_else(|| {
+        query?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("token="))
+    })
 }
 
 async fn authorised(State(admin): State<Admin>, request: Request, next: Next) -> Response {
     let given = given_token(request.headers(), request.uri().query()).unwrap_or("");
-    let expected = admin.token.expose_secret().as_bytes();
-    if given.is_empty() || !bool::from(given.as_bytes().ct_eq(expected)) {
+    if !ferroclaw_channel_core::auth::token_matches(given, admin.token.expose_secret()) {
         let body = axum::Json(serde_json::json!({"error": "missing or wrong admin token"}));
         return (
             StatusCode::UNAUTHORIZED,

@@ -282,12 +282,14 @@ fn validate(
     let mut secrets = Secrets::default();
     for (name, provider) in &config.providers {
         let vars = provider.key_vars();
-        let keys: Vec<SecretString> = vars.iter().filter_map(|v| secret(v)).collect();
-        let missing: Vec<&str> = vars
-            .iter()
-            .copied()
-            .filter(|v| secret(v).is_none())
-            .collect();
+        let mut keys: Vec<SecretString> = Vec::new();
+        let mut missing: Vec<&str> = Vec::new();
+        for var in &vars {
+            match secret(var) {
+                Some(key) => keys.push(key),
+                None => missing.push(var),
+            }
+        }
         if !vars.is_empty() && keys.is_empty() {
             let key = if provider.api_key_env.is_some() {
                 "api_key_env"

@@ -12,6 +12,17 @@ macro_rules! outbox_select {
     };
 }
 
+/// Rows due at `$3`: a conversation whose earliest pending row waits for its retry yields
+/// nothing (order within a conversation). Shared by the channel-wide and the
+/// one-conversation reads of pending rows.
+macro_rules! outbox_not_held_back {
+    () => {
+        "NOT EXISTS (SELECT 1 FROM outbox w WHERE w.channel = o.channel AND w.state = 'pending' \
+         AND w.chat_id = o.chat_id AND w.next_attempt_at > $3 AND w.id <= o.id \
+         AND w.thread_id IS NOT DISTINCT FROM o.thread_id)"
+    };
+}
+
 macro_rules! impl_store {
     ($store:ty, $db:ty, $migrator:expr) => {
         impl $store {
@@ -530,10 +541,7 @@ macro_rules! impl_store {
             async fn outbox_pending(&self, channel: &str, limit: i64, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
                 let rows = sqlx::query(
                     concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
-                     AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.channel = o.channel AND w.state = 'pending' \
-                         AND w.chat_id = o.chat_id AND w.next_attempt_at > $3 AND w.id <= o.id \
-                         AND w.thread_id IS NOT DISTINCT FROM o.thread_id) \
-                     ORDER BY o.id LIMIT $2"),
+                     AND ", $crate::storage::shared_sql::outbox_not_held_back!(), " ORDER BY o.id LIMIT $2"),
                 )
                 .bind(channel)
                 .bind(limit)
@@ -547,10 +555,7 @@ macro_rules! impl_store {
                 let rows = sqlx::query(
                     concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
                      AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 \
-                     AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.channel = o.channel AND w.state = 'pending' \
-                         AND w.chat_id = o.chat_id AND w.next_attempt_at > $3 AND w.id <= o.id \
-                         AND w.thread_id IS NOT DISTINCT FROM o.thread_id) \
-                     ORDER BY o.id LIMIT $2"),
+                     AND ", $crate::storage::shared_sql::outbox_not_held_back!(), " ORDER BY o.id LIMIT $2"),
                 )
                 .bind(channel)
                 .bind(limit)
@@ -926,4 +931,5 @@ macro_rules! impl_store {
 }
 
 pub(crate) use impl_store;
+pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;

@@ -137,7 +137,15 @@ struct TwoProcesses {
 }
 
 async fn two_processes(llm: &str, database: &str) -> TwoProcesses {
-    let receiver = Receiver::start(0).await;
+    two_processes_delivering_to(Receiver::start(0).await, llm, database).await
+}
+
+/// [`two_processes`] with a receiver of the caller's (one that fails on purpose).
+async fn two_processes_delivering_to(
+    receiver: Receiver,
+    llm: &str,
+    database: &str,
+) -> TwoProcesses {
     let cfg = two_process_config(llm, database, &receiver.url);
     let env = [("FC_HOOK", SECRET)];
     let works = (Workdir::new(&cfg), Workdir::new(&cfg));
@@ -532,12 +540,12 @@ async fn both_processes_deliver_and_each_conversation_arrives_once_in_order() {
     let database = fresh_database().await;
     let llm = LlmStandIn::echo().await;
     // Every third delivery attempt fails, so retries (and their order) are exercised too.
-    let receiver = Receiver::failing_every(3).await;
-    let cfg = two_process_config(&llm.url, &database, &receiver.url);
-    let env = [("FC_HOOK", SECRET)];
-    let works = (Workdir::new(&cfg), Workdir::new(&cfg));
-    let a = Service::start(&works.0, &env).await;
-    let b = Service::start(&works.1, &env).await;
+    let TwoProcesses {
+        receiver,
+        a,
+        b,
+        _works,
+    } = two_processes_delivering_to(Receiver::failing_every(3).await, &llm.url, &database).await;
     let hooks = [Hook::new(&a, SECRET), Hook::new(&b, SECRET)];
     // Twelve conversations, four messages each, alternately sent to both processes.
     const CONVERSATIONS: usize = 12;

@@ -9,6 +9,7 @@
 //! engine: adapters depend on it, never the other way round.
 
 mod adapter;
+pub mod auth;
 pub mod clock;
 mod command;
 mod live_reply;

@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use ferroclaw_channel_core::auth;
 use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{
     Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, MessageLog, OutboundKind, Sender,
@@ -20,7 +21,6 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 /// The longest a request waits for its answer.
@@ -46,16 +46,8 @@ pub(crate) fn router(state: State) -> Router {
 impl State {
     /// 401 unless `Authorization: Bearer <token>` (constant-time compare).
     fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if bool::from(
-            given
-                .as_bytes()
-                .ct_eq(self.token.expose_secret().as_bytes()),
-        ) {
+        let given = auth::bearer(headers).unwrap_or("");
+        if auth::token_matches(given, self.token.expose_secret()) {
             Ok(())
         } else {
             Err(ApiError::unauthorized())
@@ -265,14 +257,19 @@ struct Streaming {
 }
 
 impl Streaming {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
-        data(json!({
+    /// One `chat.completion.chunk` event with these `choices`.
+    fn frame(&self, choices: Value) -> Value {
+        json!({
             "id": format!("chatcmpl-{}", self.asked.journal_id),
             "object": "chat.completion.chunk",
             "created": self.asked.created,
             "model": self.asked.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }))
+            "choices": choices,
+        })
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
+        data(self.frame(json!([{"index": 0, "delta": delta, "finish_reason": finish}])))
     }
 
     /// The events after the turn is answered: the rest of the text, the finish, the usage.
@@ -298,14 +295,9 @@ impl Streaming {
                 }
                 events.push(self.chunk(json!({}), Some("stop")));
                 if self.include_usage {
-                    events.push(data(json!({
-                        "id": format!("chatcmpl-{}", self.asked.journal_id),
-                        "object": "chat.completion.chunk",
-                        "created": self.asked.created,
-                        "model": self.asked.model,
-                        "choices": [],
-                        "usage": usage(&self.state, &self.asked).await,
-                    })));
+                    let mut last = self.frame(json!([]));
+                    last["usage"] = usage(&self.state, &self.asked).await;
+                    events.push(data(last));
                 }
             }
             Err(error) => events.push(data(error.body())),

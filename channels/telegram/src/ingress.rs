@@ -17,7 +17,6 @@ use sha2::{Digest, Sha256};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use teloxide::RequestError;
 use teloxide::prelude::*;
 use teloxide::types::{AllowedUpdate, BotCommand, Me, Update};
@@ -221,7 +220,7 @@ async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
         .get("x-telegram-bot-api-secret-token")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !bool::from(given.as_bytes().ct_eq(shared.webhook_secret.as_bytes())) {
+    if !ferroclaw_channel_core::auth::token_matches(given, &shared.webhook_secret) {
         return error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong X-Telegram-Bot-Api-Secret-Token",

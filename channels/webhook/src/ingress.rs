@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferroclaw_channel_core::MessageLog;
+use ferroclaw_channel_core::auth;
 use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, Sender};
 use secrecy::{ExposeSecret, SecretString};
@@ -18,7 +19,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 /// The webhook routes, to merge into the service's router.
@@ -268,12 +268,8 @@ async fn list_messages(
 }
 
 pub(crate) fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if bool::from(given.as_bytes().ct_eq(secret.expose_secret().as_bytes())) {
+    let given = auth::bearer(headers).unwrap_or("");
+    if auth::token_matches(given, secret.expose_secret()) {
         Ok(())
     } else {
         Err(err(

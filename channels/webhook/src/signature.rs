@@ -17,6 +17,24 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// A signed timestamp header's problem (both schemes share the window).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum TimestampError {
+    Missing,
+    Stale,
+}
+
+/// The unix-seconds `timestamp` header, if it is within [`MAX_SKEW_SECS`] of `now`.
+pub(crate) fn fresh_timestamp(timestamp: Option<&str>, now: i64) -> Result<i64, TimestampError> {
+    let timestamp: i64 = timestamp
+        .and_then(|t| t.trim().parse().ok())
+        .ok_or(TimestampError::Missing)?;
+    if now.abs_diff(timestamp) > MAX_SKEW_SECS.unsigned_abs() {
+        return Err(TimestampError::Stale);
+    }
+    Ok(timestamp)
+}
+
 /// Why a signature was refused (all answered with 401).
 #[derive(Debug, PartialEq, Eq)]
 pub enum SignatureError {
@@ -45,12 +63,10 @@ pub fn verify(
     body: &[u8],
     now: i64,
 ) -> Result<(), SignatureError> {
-    let timestamp: i64 = timestamp
-        .and_then(|t| t.trim().parse().ok())
-        .ok_or(SignatureError::MissingTimestamp)?;
-    if now.abs_diff(timestamp) > MAX_SKEW_SECS.unsigned_abs() {
-        return Err(SignatureError::StaleTimestamp);
-    }
+    let timestamp = fresh_timestamp(timestamp, now).map_err(|e| match e {
+        TimestampError::Missing => SignatureError::MissingTimestamp,
+        TimestampError::Stale => SignatureError::StaleTimestamp,
+    })?;
     let given = signature
         .and_then(|s| s.trim().strip_prefix("sha256="))
         .and_then(|h| hex::decode(h).ok())

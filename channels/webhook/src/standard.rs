@@ -4,7 +4,7 @@
 //! the base64 part of a `whsec_` secret. Same 300 s window and constant-time check as the
 //! ferroclaw scheme.
 
-use crate::signature::MAX_SKEW_SECS;
+use crate::signature::{TimestampError, fresh_timestamp};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
@@ -77,12 +77,10 @@ pub fn verify(
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .ok_or(StandardError::MissingId)?;
-    let timestamp: i64 = timestamp
-        .and_then(|t| t.trim().parse().ok())
-        .ok_or(StandardError::MissingTimestamp)?;
-    if now.abs_diff(timestamp) > MAX_SKEW_SECS.unsigned_abs() {
-        return Err(StandardError::StaleTimestamp);
-    }
+    let timestamp = fresh_timestamp(timestamp, now).map_err(|e| match e {
+        TimestampError::Missing => StandardError::MissingTimestamp,
+        TimestampError::Stale => StandardError::StaleTimestamp,
+    })?;
     let candidates: Vec<Vec<u8>> = signatures
         .unwrap_or("")
         .split(' ')
