@@ -13,9 +13,14 @@ use std::time::Duration;
 
 const SECRET: &str = "hook-secret";
 
+/// The built-in local provider with a small context: every answer stays short (the model
+/// may otherwise ramble for 1,024 tokens, which takes long on a loaded machine).
+const LOCAL_512: &str = "[providers.local]\nkind = \"local\"\ncontext_tokens = 512\n";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
     let home = home_with_model();
+    // Built-in defaults: no config file.
     let dir = tempfile::tempdir().unwrap();
     let (dir_path, home) = (dir.path().to_path_buf(), home.to_str().unwrap().to_string());
     // Read `chat`'s output as it comes: a streamed answer arrives in several writes.
@@ -76,10 +81,10 @@ async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tokens_stream_and_stop_ends_a_long_generation_at_once() {
     let home = home_with_model();
-    let work = Workdir::new(
+    let work = Workdir::new(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[agent]\nmodel = \"local/smollm2-135m\"\nfallbacks = []\n\
-         [api]\ntoken_env = \"FC_API\"\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
-    );
+             {LOCAL_512}[api]\ntoken_env = \"FC_API\"\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n"
+    ));
     let home = home.to_str().unwrap();
     let service = Service::start(
         &work,
@@ -152,7 +157,13 @@ async fn tokens_stream_and_stop_ends_a_long_generation_at_once() {
     )
     .await;
     let (status, body) = hook
-        .send("s", None, "after", "Say hello.", "?wait=30")
+        .send(
+            "s",
+            None,
+            "after",
+            "Reply with just the word: hello.",
+            "?wait=120",
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(
@@ -171,7 +182,7 @@ async fn the_local_model_answers_when_the_remote_model_fails() {
         LlmStandIn::start(|_, _| Behaviour::fail(500, r#"{"error":{"message":"down"}}"#)).await;
     let work = Workdir::new(&config_with_llm(
         &llm.url,
-        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+        &format!("{LOCAL_512}[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n"),
     ));
     let service = Service::start(
         &work,
@@ -182,7 +193,7 @@ async fn the_local_model_answers_when_the_remote_model_fails() {
     )
     .await;
     let (status, body) = Hook::new(&service, SECRET)
-        .send("f", None, "f1", "Say hello in one word.", "?wait=30")
+        .send("f", None, "f1", "Say hello in one word.", "?wait=120")
         .await;
     assert_eq!(status, 200, "{body}");
     let text = body["replies"][0]["text"].as_str().unwrap_or_default();
