@@ -177,7 +177,7 @@ pub struct ProviderConfig {
     /// into the cache on first use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_path: Option<String>,
-    /// `kind = "local"`: CPU threads (default: all cores).
+    /// `kind = "local"`: CPU threads (default: half the cores, at most 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
     /// `kind = "local"`: the context window in tokens (default 2048).

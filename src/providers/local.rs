@@ -53,11 +53,20 @@ fn backend() -> &'static LlamaBackend {
     })
 }
 
+/// Threads when `threads` is not set: half the cores, at most 4 (one on a 2-core machine).
+///
+/// llama.cpp's worker threads spin at every barrier; when they outnumber the free cores
+/// (the service's own work, another process) generation slows by orders of magnitude, not by
+/// the share of CPU lost (measured: a 20-token answer took over two minutes on 2 busy cores
+/// with 2 threads, a few seconds with 1). A small model gains little from more threads.
+fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get);
+    (cores / 2).clamp(1, 4)
+}
+
 impl LocalProvider {
     pub fn new(source: ModelSource, threads: Option<usize>, context_tokens: u32) -> Self {
-        let threads = threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-        });
+        let threads = threads.unwrap_or_else(default_threads);
         LocalProvider {
             source,
             threads: i32::try_from(threads.max(1)).unwrap_or(2),
