@@ -144,6 +144,7 @@ impl App {
             )
             .with_sandbox(sandbox.clone()),
         );
+        let agents = engine.agents().clone();
         // Built in one pass: the registry runs children on the engine and hands the turns
         // their outcomes start to the lanes through a channel; the lanes' turn handler gives
         // every turn the registry as its spawner.
@@ -181,6 +182,7 @@ impl App {
                 lanes.clone(),
                 handler.clone(),
                 access_from(access),
+                agents,
             )
             .with_signals(signals),
         );
@@ -381,8 +383,11 @@ fn local_provider(
             None => {
                 // The chain's models at this provider must be known, and cached when offline.
                 let prefix = format!("{name}/");
+                let agents = config.agents.values();
                 let ids = std::iter::once(&config.agent.model)
                     .chain(&config.agent.fallbacks)
+                    .chain(agents.clone().filter_map(|a| a.model.as_ref()))
+                    .chain(agents.flat_map(|a| a.fallbacks.iter().flatten()))
                     .filter_map(|m| m.strip_prefix(&prefix));
                 for id in ids {
                     let Some(known) = crate::models::known(id) else {

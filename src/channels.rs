@@ -23,7 +23,7 @@ fn openai(loaded: &LoadedConfig) -> Option<Built> {
     Some(ferroclaw_channel_openai::build(
         ferroclaw_channel_openai::Settings {
             token,
-            agents: vec!["main".into()],
+            agents: crate::agents::Agents::from_config(&loaded.config).ids(),
             max_body_bytes: loaded.config.server.max_body_bytes,
         },
     ))

@@ -19,6 +19,8 @@ pub struct Ingress {
     access: Access,
     /// Other processes on the same database (PostgreSQL).
     signals: Option<crate::signals::Signals>,
+    /// Bindings: which agent answers a route.
+    agents: Arc<crate::agents::Agents>,
 }
 
 impl Ingress {
@@ -27,6 +29,7 @@ impl Ingress {
         lanes: Lanes,
         handler: Arc<TurnHandler>,
         access: Access,
+        agents: Arc<crate::agents::Agents>,
     ) -> Self {
         Ingress {
             store,
@@ -34,6 +37,7 @@ impl Ingress {
             handler,
             access,
             signals: None,
+            agents,
         }
     }
 
@@ -126,7 +130,20 @@ impl crate::lanes::EntryGate for Ingress {
 #[async_trait]
 impl Inbox for Ingress {
     async fn accept(&self, message: InboundMessage) -> Result<Accepted, InboxError> {
-        let session_key = message.route.session_key();
+        self.accept_for(message, None).await
+    }
+
+    fn session_key_of(&self, message: &InboundMessage, agent: Option<&str>) -> String {
+        let agent = agent.unwrap_or_else(|| self.agents.route(&message.route));
+        message.route.session_key_for(agent)
+    }
+
+    async fn accept_for(
+        &self,
+        message: InboundMessage,
+        agent: Option<&str>,
+    ) -> Result<Accepted, InboxError> {
+        let session_key = self.session_key_of(&message, agent);
         let inserted = self
             .store
             .journal_insert(&message, &session_key, crate::clock::now_ms())

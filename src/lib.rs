@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod agents;
 pub mod app;
 pub mod channels;
 pub mod chat;
@@ -31,6 +32,7 @@ pub mod sandbox;
 pub mod serve;
 pub mod server;
 pub mod signals;
+pub mod skills;
 pub mod spawn;
 pub mod storage;
 pub mod subagents;

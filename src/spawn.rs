@@ -26,6 +26,8 @@ pub struct SpawnScope {
     pub parent_system: String,
     /// Tool names the spawning agent has.
     pub parent_tools: Vec<String>,
+    /// The spawning agent (its id and `may_delegate` links decide `agent_id`).
+    pub agent: Arc<crate::agents::AgentProfile>,
     /// Spawns already made by the turn this scope belongs to
     /// (`subagents.max_spawns_per_turn` caps them).
     pub spawned_this_turn: Arc<AtomicU32>,
@@ -43,6 +45,11 @@ pub struct SpawnRequest {
     /// Run the child's `exec` and file tools in its own container.
     pub sandbox: bool,
     pub timeout_secs: Option<u64>,
+    /// Run the child as this agent (None: the spawning agent itself).
+    pub agent_id: Option<String>,
+    /// A `delegate` that waits: when the child ends while its caller still waits, the
+    /// outcome goes to the caller only (no announcement, no parent turn).
+    pub waited: bool,
 }
 
 /// An accepted spawn.

@@ -49,6 +49,8 @@ fn not_found(what: &str) -> Response {
 #[derive(serde::Deserialize)]
 pub(super) struct Page {
     channel: Option<String>,
+    /// With `channel`: whose sessions (default `main`).
+    agent: Option<String>,
     limit: Option<i64>,
     offset: Option<i64>,
 }
@@ -59,9 +61,9 @@ impl Page {
     }
 }
 
-/// A channel's sessions all start with this (SPEC section 3).
-pub(super) fn channel_prefix(channel: &str) -> String {
-    format!("agent:main:{channel}:")
+/// An agent's sessions on a channel all start with this (SPEC section 3).
+pub(super) fn channel_prefix(agent: &str, channel: &str) -> String {
+    format!("agent:{agent}:{channel}:")
 }
 
 pub(super) fn session_json(s: &SessionRow, busy: bool) -> Value {
@@ -78,7 +80,7 @@ pub(super) fn run_json(r: &RunRow) -> Value {
         "id": r.id, "parent_session": r.parent_session, "label": r.label, "task": r.task,
         "model": r.model, "depth": r.depth, "state": r.state.as_str(), "result": r.result,
         "announced": r.announced, "created_at": r.created_at, "started_at": r.started_at,
-        "ended_at": r.ended_at, "session_key": Registry::session_key(&r.id),
+        "ended_at": r.ended_at, "session_key": Registry::session_key(&r.agent, &r.id),
     })
 }
 
@@ -91,7 +93,8 @@ fn outbox_json(e: &OutboxEntry) -> Value {
 }
 
 async fn sessions(State(admin): State<Admin>, Query(page): Query<Page>) -> Response {
-    let prefix = page.channel.as_deref().map(channel_prefix);
+    let agent = page.agent.as_deref().unwrap_or(crate::agents::MAIN);
+    let prefix = page.channel.as_deref().map(|c| channel_prefix(agent, c));
     let rows = match admin
         .store
         .session_list(
@@ -175,7 +178,11 @@ async fn tree(admin: &Admin, run: &RunRow, depth: u32) -> Result<Value, StoreErr
     let mut node = run_json(run);
     let mut children = Vec::new();
     if depth < TREE_DEPTH {
-        for child in admin.store.runs_of(&Registry::session_key(&run.id)).await? {
+        for child in admin
+            .store
+            .runs_of(&Registry::session_key(&run.agent, &run.id))
+            .await?
+        {
             children.push(Box::pin(tree(admin, &child, depth + 1)).await?);
         }
     }

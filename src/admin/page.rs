@@ -39,7 +39,7 @@ fn run_item(out: &mut String, run: &LiveRunView, all: &[LiveRunView]) {
         label = escape(&run.label),
         state = run.state.as_str(),
     );
-    let own = Registry::session_key(&run.id);
+    let own = Registry::session_key(&run.agent, &run.id);
     let children: Vec<&LiveRunView> = all.iter().filter(|r| r.parent_session == own).collect();
     if !children.is_empty() {
         out.push_str("<ul>");
@@ -98,7 +98,10 @@ pub(super) async fn status(State(admin): State<Admin>) -> Response {
     html.push_str("</table>");
     // Subagents: a tree under each session that spawned them.
     let _ = write!(html, "<h2>Subagents</h2><p>{} live</p>", runs.len());
-    let run_sessions: Vec<String> = runs.iter().map(|r| Registry::session_key(&r.id)).collect();
+    let run_sessions: Vec<String> = runs
+        .iter()
+        .map(|r| Registry::session_key(&r.agent, &r.id))
+        .collect();
     let mut roots: BTreeMap<&str, Vec<&LiveRunView>> = BTreeMap::new();
     for run in &runs {
         if !run_sessions.contains(&run.parent_session) {

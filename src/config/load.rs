@@ -246,6 +246,71 @@ fn validate(
     for (i, model) in config.agent.fallbacks.iter().enumerate() {
         check_model(&format!("agent.fallbacks[{i}]"), model);
     }
+    for (id, agent) in &config.agents {
+        if let Some(model) = &agent.model {
+            check_model(&format!("agents.{id}.model"), model);
+        }
+        for (i, model) in agent.fallbacks.iter().flatten().enumerate() {
+            check_model(&format!("agents.{id}.fallbacks[{i}]"), model);
+        }
+    }
+    for (id, agent) in &config.agents {
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            problem(
+                &format!("agents.{id}"),
+                "agent ids may hold only letters, digits, '-' and '_'".into(),
+            );
+        }
+        for (i, tool) in agent.tools.iter().flatten().enumerate() {
+            if !crate::tools::NAMES.contains(&tool.as_str()) {
+                problem(
+                    &format!("agents.{id}.tools[{i}]"),
+                    format!(
+                        "unknown tool `{tool}` (tools: {})",
+                        crate::tools::NAMES.join(", ")
+                    ),
+                );
+            }
+        }
+        for (i, link) in agent.may_delegate.iter().enumerate() {
+            if !known_agent(config, link) {
+                problem(
+                    &format!("agents.{id}.may_delegate[{i}]"),
+                    format!("unknown agent `{link}` ({})", agent_list(config)),
+                );
+            }
+        }
+    }
+    let channels = channel_names(config);
+    for (i, binding) in config.bindings.iter().enumerate() {
+        if !known_agent(config, &binding.agent) {
+            problem(
+                &format!("bindings[{i}].agent"),
+                format!("unknown agent `{}` ({})", binding.agent, agent_list(config)),
+            );
+        }
+        if let Some(channel) = &binding.channel
+            && !channels.contains(channel)
+        {
+            problem(
+                &format!("bindings[{i}].channel"),
+                format!(
+                    "unknown or disabled channel `{channel}` (channels: {})",
+                    channels.join(", ")
+                ),
+            );
+        }
+        if binding.channel.is_none() && binding.chat.is_none() && binding.thread.is_none() {
+            problem(
+                &format!("bindings[{i}]"),
+                "give at least one of channel, chat, thread".into(),
+            );
+        }
+    }
     if config.agent.max_iterations == 0 {
         problem("agent.max_iterations", "must be at least 1".into());
     }
@@ -360,6 +425,41 @@ fn validate(
         secrets.api_token = secret(&config.api.token_env);
     }
     secrets
+}
+
+fn known_agent(config: &Config, id: &str) -> bool {
+    id == crate::agents::MAIN || config.agents.contains_key(id)
+}
+
+fn agent_list(config: &Config) -> String {
+    let mut ids = vec![crate::agents::MAIN];
+    ids.extend(
+        config
+            .agents
+            .keys()
+            .map(String::as_str)
+            .filter(|id| *id != crate::agents::MAIN),
+    );
+    format!("agents: {}", ids.join(", "))
+}
+
+/// The channel instance names messages can come from with this config.
+fn channel_names(config: &Config) -> Vec<String> {
+    let mut names = vec!["cli".to_string(), "api".to_string()];
+    if config.channels.telegram.enabled {
+        names.push("telegram".into());
+    }
+    if config.channels.discord.enabled {
+        names.push("discord".into());
+    }
+    names.extend(
+        config
+            .channels
+            .webhook
+            .keys()
+            .map(|n| format!("webhook:{n}")),
+    );
+    names
 }
 
 fn provider_list(config: &Config) -> String {

@@ -17,6 +17,64 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub channels: ChannelsConfig,
     pub api: ApiConfig,
+    /// `[agents.ID]`: more agents beside `main` (whose defaults are `[agent]`).
+    pub agents: BTreeMap<String, AgentDef>,
+    /// `[[bindings]]`: which agent answers which channel, chat or thread.
+    pub bindings: Vec<Binding>,
+    pub skills: SkillsConfig,
+}
+
+/// `[agents.ID]`: one configured agent. Unset keys take `[agent]`'s value.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentDef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallbacks: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Tool allowlist (unset: all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Skill filter by name (unset: all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
+    /// Agent ids this agent may spawn or delegate to (itself always).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub may_delegate: Vec<String>,
+}
+
+/// `[[bindings]]`: messages matching every given key go to `agent`; the most specific
+/// binding wins (thread over chat over channel).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binding {
+    pub agent: String,
+    /// Channel instance name (`telegram`, `discord`, `webhook:NAME`, `cli`, `api`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+}
+
+/// `[skills]`: the shared skills folder (each agent's workspace `skills/` adds its own).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    pub dir: String,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        SkillsConfig {
+            dir: "./skills".into(),
+        }
+    }
 }
 
 /// `[api]`: the OpenAI-compatible endpoint (served only when the token variable is set).
@@ -48,6 +106,9 @@ impl Default for Config {
             tools: ToolsConfig::default(),
             channels: ChannelsConfig::default(),
             api: ApiConfig::default(),
+            agents: BTreeMap::new(),
+            bindings: Vec::new(),
+            skills: SkillsConfig::default(),
         }
     }
 }

@@ -222,14 +222,11 @@ impl Engine {
 
     fn status_text(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> String {
         let mut out = String::new();
+        let agent = self.agents.of_session(&session.key);
+        let _ = writeln!(out, "Agent: {}", agent.id);
         let _ = writeln!(out, "Session: {}", session.key);
         let _ = writeln!(out, "Model: {}", self.session_model(session));
-        let fallbacks: Vec<String> = self
-            .chain
-            .fallbacks()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let fallbacks: Vec<String> = agent.fallbacks.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             out,
             "Fallbacks: {}",

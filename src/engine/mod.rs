@@ -18,11 +18,13 @@ pub use commands::{COMMANDS, Command, HELP_TEXT};
 pub use context::workspace_for;
 pub use feedback::LiveFeedback;
 
+use crate::agents::{AgentProfile, Agents};
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
-use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef};
+use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef, ToolSpec};
 use crate::sandbox::{Availability, Sandbox};
+use crate::skills::{Skill, SkillLibrary};
 use crate::spawn::{SpawnHandle, SpawnScope, Spawner, StepObserver};
 use crate::storage::{NewTranscriptEntry, SessionRow, Store, StoreError};
 use crate::tools::{ExecPlace, ToolContext, ToolRegistry};
@@ -32,6 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
 pub struct Persona {
+    /// The configured agent it runs as (fallbacks, workspace, links).
+    pub agent: Arc<AgentProfile>,
+    /// Its skill menu (listed in the system prompt; `read_skill` reads from it).
+    pub skills: Arc<[Skill]>,
     pub system: String,
     /// Tool names offered.
     pub tools: Vec<String>,
@@ -57,6 +63,8 @@ pub struct Engine {
     tool_tokens: usize,
     /// Containers for `exec` (None: no sandbox can be had).
     sandbox: Option<Arc<dyn Sandbox>>,
+    agents: Arc<Agents>,
+    skills: SkillLibrary,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +125,8 @@ impl Engine {
             .iter()
             .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
             .sum();
+        let agents = Arc::new(Agents::from_config(&config));
+        let skills = SkillLibrary::load(&config.skills.dir, &agents);
         Engine {
             store,
             chain,
@@ -126,6 +136,8 @@ impl Engine {
             tools,
             tool_tokens,
             sandbox: None,
+            agents,
+            skills,
         }
     }
 
@@ -166,27 +178,104 @@ impl Engine {
         self.chain.knows(model)
     }
 
+    /// The configured agents (bindings route messages to them).
+    pub fn agents(&self) -> &Arc<Agents> {
+        &self.agents
+    }
+
+    /// An agent's skill menu.
+    pub(crate) fn skills_of(&self, agent: &str) -> Arc<[Skill]> {
+        self.skills.menu(agent)
+    }
+
+    /// The tools an agent is offered: its allowlist, less what it cannot use (spawning
+    /// without a spawner or below `max_depth`, `delegate` without links, `read_skill` without
+    /// skills, `exec` with nowhere to run).
+    pub(crate) fn tools_for(
+        &self,
+        agent: &AgentProfile,
+        skills: &[Skill],
+        spawning: bool,
+        exec: bool,
+        candidates: impl IntoIterator<Item = String>,
+    ) -> Vec<String> {
+        candidates
+            .into_iter()
+            .filter(|n| agent.allows_tool(n))
+            .filter(|n| {
+                spawning || !matches!(n.as_str(), "sessions_spawn" | "subagents" | "delegate")
+            })
+            .filter(|n| n != "delegate" || !agent.may_delegate.is_empty())
+            .filter(|n| n != "read_skill" || !skills.is_empty())
+            .filter(|n| exec || n != "exec")
+            .collect()
+    }
+
     /// The user's agent for a session.
     fn user_persona(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> Persona {
         let spawning = self.config.subagents.max_depth > 0 && spawner.is_some();
         let exec = self.exec_place(&session.key, false);
+        let agent = self.agents.of_session(&session.key).clone();
+        let skills = self.skills.menu(&agent.id);
+        let names = self.tools.names().into_iter().map(str::to_string);
         Persona {
-            system: self.config.agent.system_prompt.clone(),
-            tools: self
-                .tools
-                .names()
-                .into_iter()
-                .filter(|n| spawning || (*n != "sessions_spawn" && *n != "subagents"))
-                .filter(|n| exec.is_some() || *n != "exec")
-                .map(str::to_string)
-                .collect(),
+            tools: self.tools_for(&agent, &skills, spawning, exec.is_some(), names),
+            system: agent.system_prompt.clone(),
             exec,
             model: self.session_model(session),
             depth: 0,
             origin: None,
             progress: None,
             spawner: spawner.filter(|_| spawning).cloned(),
+            agent,
+            skills,
         }
+    }
+
+    /// The tool specs offered to `persona`: `agent_id` of `sessions_spawn` and `delegate`
+    /// narrowed to the agents it is linked to (and absent from `sessions_spawn` without
+    /// links), so a capability not granted is never advertised.
+    pub(crate) fn offered_tools(&self, persona: &Persona) -> Arc<[ToolSpec]> {
+        let links = &persona.agent.may_delegate;
+        let mut specs = self.tools.specs_named(&persona.tools);
+        for spec in &mut specs {
+            let choices: Vec<&String> = match spec.name.as_str() {
+                "sessions_spawn" => std::iter::once(&persona.agent.id).chain(links).collect(),
+                "delegate" => links.iter().collect(),
+                _ => continue,
+            };
+            let mut parameters = (*spec.parameters).clone();
+            if let Some(properties) = parameters["properties"].as_object_mut() {
+                if spec.name == "sessions_spawn" && links.is_empty() {
+                    properties.remove("agent_id");
+                } else {
+                    properties.insert(
+                        "agent_id".into(),
+                        serde_json::json!({"type": "string", "enum": choices,
+                            "description": "the agent that does the task"}),
+                    );
+                }
+            }
+            spec.parameters = Arc::new(parameters);
+        }
+        specs.into()
+    }
+
+    /// The system prompt of a call: the persona's, its skill menu, then `extra` (the Active
+    /// Plan, or planning instructions).
+    pub(crate) fn system_prompt(&self, persona: &Persona, extra: Option<&str>) -> String {
+        let mut system = persona.system.clone();
+        for section in [
+            crate::skills::menu_section(&persona.skills).as_deref(),
+            extra,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            system.push_str("\n\n");
+            system.push_str(section);
+        }
+        system
     }
 
     /// One turn of a subagent (no plan, its own persona). The caller commits the output.
@@ -300,6 +389,7 @@ impl Engine {
                     parent_model: persona.model.clone(),
                     parent_system: persona.system.clone(),
                     parent_tools: persona.tools.clone(),
+                    agent: persona.agent.clone(),
                     spawned_this_turn: Default::default(),
                 }),
             })
@@ -313,7 +403,10 @@ impl Engine {
             session_key: session.key.clone(),
             route,
             in_reply_to,
-            workspace: context::workspace_for(&self.config.agent.workspace, &session.key),
+            workspace: context::workspace_for(
+                persona.map_or(&self.config.agent.workspace, |p| &p.agent.workspace),
+                &session.key,
+            ),
             store: self.store.clone(),
             outbox: self.outbox.clone(),
             plan,
@@ -325,6 +418,7 @@ impl Engine {
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
             exec: persona.and_then(|p| p.exec.clone()),
             progress: persona.and_then(|p| p.progress.clone()),
+            skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
         }
     }
 
@@ -355,20 +449,27 @@ impl Engine {
     }
 
     fn session_model(&self, session: &SessionRow) -> ModelRef {
-        let name = session.model.as_deref().unwrap_or(&self.config.agent.model);
-        ModelRef::parse(name).expect("models are validated at config load and on /model")
+        match session.model.as_deref() {
+            Some(name) => {
+                ModelRef::parse(name).expect("models are validated at config load and on /model")
+            }
+            None => self.agents.of_session(&session.key).model.clone(),
+        }
     }
 
     /// Run the chain while forwarding deltas to the channel, in order, from this task.
     async fn complete_streaming(
         &self,
-        model: &ModelRef,
+        (model, fallbacks): (&ModelRef, &[ModelRef]),
         request: &ChatRequest,
         input: &TurnInput<'_>,
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let route = input.route;
         if !self.feedback.live(route) {
-            return self.chain.complete_from(model, request, &|_| {}).await;
+            return self
+                .chain
+                .complete_via(model, fallbacks, request, &|_| {})
+                .await;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let sink = move |delta: &str| {
@@ -381,7 +482,10 @@ impl Engine {
             }
         };
         let complete = async move {
-            let result = self.chain.complete_from(model, request, &sink).await;
+            let result = self
+                .chain
+                .complete_via(model, fallbacks, request, &sink)
+                .await;
             drop(sink);
             result
         };

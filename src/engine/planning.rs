@@ -29,10 +29,15 @@ impl Engine {
         persona: &Persona,
     ) -> Result<TurnOutput, TurnError> {
         let mut output = TurnOutput::default();
-        let tools: std::sync::Arc<[_]> = self.tools.read_only_specs().into();
-        let cx = self.tool_context(input, session, None, None);
-        let model = self.session_model(session);
-        let system = format!("{}\n\n{PLANNING_PROMPT}", self.config.agent.system_prompt);
+        // Read-only tools this agent has.
+        let read_only = self.tools.read_only_specs();
+        let tools: std::sync::Arc<[_]> = read_only
+            .into_iter()
+            .filter(|t| persona.tools.contains(&t.name))
+            .collect();
+        let cx = self.tool_context(input, session, None, Some(persona));
+        let model = persona.model.clone();
+        let system = self.system_prompt(persona, Some(PLANNING_PROMPT));
         let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
         let mut answer = None;
         for _ in 0..PLANNING_CALLS.min(self.config.agent.max_iterations) {
@@ -44,7 +49,7 @@ impl Engine {
             };
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(output),
-                result = self.chain.complete_from(&model, &request, &|_| {}) => result,
+                result = self.chain.complete_via(&model, &persona.agent.fallbacks, &request, &|_| {}) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,

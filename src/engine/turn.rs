@@ -62,7 +62,7 @@ impl Engine {
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let model = persona.model.clone();
-        let tools: Arc<[_]> = self.tools.specs_named(&persona.tools).into();
+        let tools = self.offered_tools(persona);
         let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
@@ -72,10 +72,7 @@ impl Engine {
             let mut messages = history.clone();
             messages.extend(turn_messages.iter().cloned());
             // While a plan is active, every call ends its system prompt with the Active Plan.
-            let system = match tracker.section().await {
-                Some(section) => format!("{}\n\n{section}", persona.system),
-                None => persona.system.clone(),
-            };
+            let system = self.system_prompt(persona, tracker.section().await.as_deref());
             let request = ChatRequest {
                 system,
                 messages,
@@ -85,7 +82,7 @@ impl Engine {
             calls += 1;
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(stopped(output)),
-                result = self.complete_streaming(&model, &request, input) => result,
+                result = self.complete_streaming((&model, &persona.agent.fallbacks), &request, input) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,

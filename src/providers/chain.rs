@@ -125,8 +125,20 @@ impl FallbackChain {
         request: &ChatRequest,
         on_delta: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
+        self.complete_via(primary, &self.fallbacks, request, on_delta)
+            .await
+    }
+
+    /// [`Self::complete_from`] with an agent's own fallbacks instead of `agent.fallbacks`.
+    pub async fn complete_via(
+        &self,
+        primary: &ModelRef,
+        fallbacks: &[ModelRef],
+        request: &ChatRequest,
+        on_delta: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let mut order = vec![primary.clone()];
-        order.extend(self.fallbacks.iter().filter(|m| *m != primary).cloned());
+        order.extend(fallbacks.iter().filter(|m| *m != primary).cloned());
         let mut notes = Vec::new();
         let mut reasons = Vec::new();
         for model in &order {

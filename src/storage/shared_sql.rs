@@ -87,6 +87,7 @@ macro_rules! impl_store {
                 let announced: i64 = row.try_get("announced")?;
                 Ok($crate::storage::RunRow {
                     id: row.try_get("id")?,
+                    agent: row.try_get("agent")?,
                     parent_session: row.try_get("parent_session")?,
                     origin_route: serde_json::from_str(&route)
                         .map_err(|e| $crate::storage::StoreError::Corrupt(format!("run route: {e}")))?,
@@ -780,7 +781,7 @@ macro_rules! impl_store {
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
                 sqlx::query(
                     "INSERT INTO runs (id, parent_session, origin_route, origin_message, depth, label, task, model, mode, \
-                     state, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+                     state, created_at, agent) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
                 )
                 .bind(&run.id)
                 .bind(&run.parent_session)
@@ -793,6 +794,7 @@ macro_rules! impl_store {
                 .bind(run.mode.as_str())
                 .bind(run.state.as_str())
                 .bind(run.created_at)
+                .bind(&run.agent)
                 .execute(&self.write)
                 .await?;
                 Ok(())
@@ -889,7 +891,9 @@ macro_rules! impl_store {
                 if let Some(edit) = &finish.status_edit {
                     Self::insert_outbound(&mut *tx, &session_key, edit, finish.now_ms).await?;
                 }
-                Self::insert_outbound(&mut *tx, &session_key, &finish.announcement, finish.now_ms).await?;
+                if let Some(announcement) = &finish.announcement {
+                    Self::insert_outbound(&mut *tx, &session_key, announcement, finish.now_ms).await?;
+                }
                 let mut journal = None;
                 if let Some((message, parent_key)) = &finish.parent_message {
                     let id = Self::insert_journal(&mut *tx, message, parent_key, finish.now_ms).await?;

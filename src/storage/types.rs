@@ -143,6 +143,8 @@ pub enum PairingOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRow {
     pub id: String,
+    /// The agent it runs as.
+    pub agent: String,
     pub parent_session: String,
     pub origin_route: ChatRoute,
     pub origin_message: Option<String>,
@@ -178,7 +180,8 @@ pub struct RunFinish {
     pub run_id: String,
     pub state: RunState,
     pub result: String,
-    pub announcement: NewOutbound,
+    /// None for a `delegate` whose caller took the outcome as its result.
+    pub announcement: Option<NewOutbound>,
     pub status_edit: Option<NewOutbound>,
     /// Journalled for the parent session so the parent agent reacts (None: nobody to tell).
     pub parent_message: Option<(InboundMessage, String)>,

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::json;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -35,6 +36,8 @@ use tokio_util::task::TaskTracker;
 /// What a child runs with, fixed at spawn.
 pub(crate) struct RunSpec {
     pub id: String,
+    /// The agent it runs as (its workspace, fallbacks, links and skills).
+    pub agent: Arc<crate::agents::AgentProfile>,
     pub label: String,
     pub task: String,
     pub system: String,
@@ -52,6 +55,11 @@ pub(crate) struct RunSpec {
 /// A live run as the registry tracks it.
 pub(crate) struct LiveRun {
     pub id: String,
+    /// The agent it runs as (its session key is `agent:<agent>:subagent:<id>`).
+    pub agent: String,
+    /// A waiting `delegate` call: [`WAITED`] while its caller waits, [`HANDED`] once the
+    /// run's end gave the outcome to that caller, [`DETACHED`] otherwise.
+    pub waiter: AtomicU8,
     pub parent_session: String,
     pub label: String,
     pub state: watch::Sender<RunState>,
@@ -63,10 +71,18 @@ pub(crate) struct LiveRun {
     pub activity: Arc<Mutex<String>>,
 }
 
+/// `LiveRun::waiter`: nobody waits; the outcome is announced and starts a parent turn.
+pub(crate) const DETACHED: u8 = 0;
+/// `LiveRun::waiter`: a `delegate` call waits for the outcome.
+pub(crate) const WAITED: u8 = 1;
+/// `LiveRun::waiter`: the run ended while its caller waited; the caller takes the outcome.
+pub(crate) const HANDED: u8 = 2;
+
 /// A live run as the status page shows it.
 #[derive(Debug, Clone)]
 pub struct LiveRunView {
     pub id: String,
+    pub agent: String,
     pub parent_session: String,
     pub label: String,
     pub state: RunState,
@@ -163,9 +179,9 @@ impl Registry {
         }
     }
 
-    /// Session key of a run.
-    pub fn session_key(run_id: &str) -> String {
-        format!("agent:main:subagent:{run_id}")
+    /// Session key of a run of `agent`.
+    pub fn session_key(agent: &str, run_id: &str) -> String {
+        format!("agent:{agent}:subagent:{run_id}")
     }
 
     fn live_of(&self, parent_session: &str) -> usize {
@@ -201,6 +217,27 @@ impl Registry {
             )));
         }
         let engine = &self.engine;
+        // The agent the child runs as: the spawning agent, or one it is linked to.
+        let own = scope.agent.id.as_str();
+        let target = request.agent_id.as_deref().unwrap_or(own);
+        let agent = engine.agents().get(target).cloned().ok_or_else(|| {
+            SpawnError::Refused(format!(
+                "field `agent_id`: there is no agent `{target}` (configured: {})",
+                engine.agents().ids().join(", ")
+            ))
+        })?;
+        if !scope.agent.may_run(target) {
+            let links = &scope.agent.may_delegate;
+            return Err(SpawnError::Refused(format!(
+                "field `agent_id`: agent `{own}` may not run `{target}`; it may run {}",
+                if links.is_empty() {
+                    "only itself (no may_delegate links)".to_string()
+                } else {
+                    format!("itself and {}", links.join(", "))
+                }
+            )));
+        }
+        let other_agent = target != own;
         let model = match &request.model {
             Some(name) => {
                 let model = ModelRef::parse(name).ok_or_else(|| {
@@ -216,18 +253,27 @@ impl Registry {
                 }
                 model
             }
+            None if other_agent => agent.model.clone(),
             None => scope.parent_model.clone(),
+        };
+        // Another agent works with its own tools (least privilege: not the caller's).
+        let skills = engine.skills_of(&agent.id);
+        let available: Vec<String> = if other_agent {
+            let all = crate::tools::NAMES.iter().map(|n| n.to_string());
+            engine.tools_for(&agent, &skills, true, true, all)
+        } else {
+            scope.parent_tools.clone()
         };
         let mut tools: Vec<String> = match &request.tools {
             Some(list) => {
-                if let Some(unknown) = list.iter().find(|t| !scope.parent_tools.contains(t)) {
+                if let Some(unknown) = list.iter().find(|t| !available.contains(t)) {
                     return Err(SpawnError::Refused(format!(
-                        "field `tools`: `{unknown}` is not a tool this agent has"
+                        "field `tools`: `{unknown}` is not a tool agent `{target}` has"
                     )));
                 }
                 list.clone()
             }
-            None => scope.parent_tools.clone(),
+            None => available,
         };
         if request.sandbox {
             if engine.usable_sandbox().is_none() {
@@ -245,7 +291,9 @@ impl Registry {
         }
         let depth = scope.depth + 1;
         tools.retain(|t| {
-            t != "plan" && (depth < max_depth || (t != "sessions_spawn" && t != "subagents"))
+            t != "plan"
+                && (depth < max_depth
+                    || !matches!(t.as_str(), "sessions_spawn" | "subagents" | "delegate"))
         });
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
         let label = request
@@ -259,6 +307,8 @@ impl Registry {
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         let live = Arc::new(LiveRun {
             id: id.clone(),
+            agent: agent.id.clone(),
+            waiter: AtomicU8::new(if request.waited { WAITED } else { DETACHED }),
             parent_session: scope.parent_session.clone(),
             label: label.clone(),
             state: watch::channel(RunState::Queued).0,
@@ -284,13 +334,14 @@ impl Registry {
         }
         let reserved = reserve(self, &id);
         let event = json!({"event": "before_spawn", "parent_session": scope.parent_session, "depth": depth,
-            "label": label, "task": request.task, "model": model.to_string(), "tools": tools,
+            "agent": agent.id, "parent_agent": own, "label": label, "task": request.task, "model": model.to_string(), "tools": tools,
             "sandbox": request.sandbox});
         self.hook.allow(&event).await.map_err(SpawnError::Refused)?;
 
         let now = crate::clock::now_ms();
         let row = RunRow {
             id: id.clone(),
+            agent: agent.id.clone(),
             parent_session: scope.parent_session.clone(),
             origin_route: scope.origin.clone(),
             origin_message: scope.origin_message.clone(),
@@ -334,9 +385,14 @@ impl Registry {
             id: id.clone(),
             label: label.clone(),
             task: request.task,
-            system: request
-                .system_prompt
-                .unwrap_or_else(|| scope.parent_system.clone()),
+            system: request.system_prompt.unwrap_or_else(|| {
+                if other_agent {
+                    agent.system_prompt.clone()
+                } else {
+                    scope.parent_system.clone()
+                }
+            }),
+            agent: agent.clone(),
             model,
             tools,
             session_mode: request.session_mode,
@@ -351,7 +407,7 @@ impl Registry {
             scope: scope.clone(),
             status_message: Some(status_message),
         };
-        tracing::info!(run_id = %id, label = %label, depth, parent = %scope.parent_session, "subagent spawned");
+        tracing::info!(run_id = %id, label = %label, agent = %agent.id, depth, parent = %scope.parent_session, "subagent spawned");
         let run = runner::run(
             self.clone(),
             live,
@@ -379,7 +435,7 @@ impl Registry {
                 .spawn(async move { hook.notify(&spawned).await });
         }
         Ok(Spawned {
-            session_key: Self::session_key(&id),
+            session_key: Self::session_key(&agent.id, &id),
             run_id: id,
             status: "accepted",
         })
@@ -407,12 +463,24 @@ impl Registry {
     pub(crate) fn report_to_parent(&self, parent_session: &str, report: String) -> bool {
         let live = self.live.lock().expect("registry lock");
         live.values()
-            .find(|r| Self::session_key(&r.id) == parent_session)
+            .find(|r| Self::session_key(&r.agent, &r.id) == parent_session)
             .is_some_and(|r| r.reports.send(report).is_ok())
     }
 
     pub(crate) fn forget(&self, run_id: &str) {
         self.live.lock().expect("registry lock").remove(run_id);
+    }
+}
+
+/// Leaves a run detached (announced when it ends) once its `delegate` caller stops waiting.
+struct DetachOnDrop(Arc<LiveRun>);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        let _ =
+            self.0
+                .waiter
+                .compare_exchange(WAITED, DETACHED, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -528,6 +596,7 @@ impl Registry {
             .values()
             .map(|r| LiveRunView {
                 id: r.id.clone(),
+                agent: r.agent.clone(),
                 parent_session: r.parent_session.clone(),
                 label: r.label.clone(),
                 state: *r.state.borrow(),
@@ -600,12 +669,24 @@ impl Spawner for Arc<Registry> {
         timeout: Duration,
     ) -> Result<RunReport, SpawnError> {
         if let Some(run) = self.find(parent_session, target).first() {
+            // A caller that stops waiting (its turn was stopped) leaves the run detached.
+            let _detach = DetachOnDrop(run.clone());
             let mut rx = run.state.subscribe();
             let ended = matches!(
                 tokio::time::timeout(timeout, rx.wait_for(|s| s.is_final())).await,
                 Ok(Ok(_))
             );
-            if !ended {
+            // A waiting `delegate` whose time is up: the run goes on detached (announced when
+            // it ends), unless its end already handed the outcome over; then that is read.
+            let handed = !ended
+                && run
+                    .waiter
+                    .compare_exchange(WAITED, DETACHED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err_and(|now| now == HANDED);
+            if handed {
+                let _ = rx.wait_for(|s| s.is_final()).await;
+            }
+            if !ended && !handed {
                 let status = rx.borrow().as_str().to_string();
                 return Ok(RunReport {
                     run_id: run.id.clone(),

@@ -89,14 +89,26 @@ pub(crate) async fn run(
     // The run's container goes with it (its workspace stays).
     registry
         .engine
-        .release_sandbox(&Registry::session_key(&spec.id))
+        .release_sandbox(&Registry::session_key(&spec.agent.id, &spec.id))
         .await;
     match outcome {
         Outcome::Shutdown => {
             tracing::info!(run_id = %spec.id, "subagent stopped by shutdown; it is reported after restart")
         }
         Outcome::Ended { state, result } => {
+            // A `delegate` still waiting takes the outcome as its result: no announcement
+            // and no parent turn.
+            let to_waiter = live
+                .waiter
+                .compare_exchange(
+                    super::WAITED,
+                    super::HANDED,
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                )
+                .is_ok();
             let run = Ending {
+                to_waiter,
                 id: &spec.id,
                 label: &spec.label,
                 parent_session: &spec.scope.parent_session,
@@ -135,7 +147,7 @@ async fn execute(
     activity: Arc<std::sync::Mutex<String>>,
 ) -> Outcome {
     let engine = registry.engine.clone();
-    let key = Registry::session_key(&spec.id);
+    let key = Registry::session_key(&spec.agent.id, &spec.id);
     let route = ChatRoute {
         channel: "subagent".into(),
         kind: ChatKind::Conversation,
@@ -166,6 +178,8 @@ async fn execute(
     // Its own container (a sandboxed run always; any run when the sandbox is on).
     let exec = engine.exec_place(&key, spec.sandbox);
     let persona = Persona {
+        agent: spec.agent.clone(),
+        skills: engine.skills_of(&spec.agent.id),
         system: spec.system.clone(),
         tools: spec
             .tools
@@ -315,6 +329,8 @@ fn short(text: &str) -> String {
 /// What a run's end needs to know of the run (from its spec, or its stored row when a
 /// restart reports it as interrupted).
 pub(crate) struct Ending<'a> {
+    /// The outcome goes to a waiting `delegate` call only.
+    pub to_waiter: bool,
     pub id: &'a str,
     pub label: &'a str,
     pub parent_session: &'a str,
@@ -327,6 +343,7 @@ pub(crate) struct Ending<'a> {
 impl<'a> From<&'a RunRow> for Ending<'a> {
     fn from(row: &'a RunRow) -> Self {
         Ending {
+            to_waiter: false,
             id: &row.id,
             label: &row.label,
             parent_session: &row.parent_session,
@@ -347,13 +364,13 @@ pub(crate) async fn finish(
     result: String,
 ) -> Result<(), StoreError> {
     let route = row.origin_route;
-    let announcement = NewOutbound {
+    let announcement = (!row.to_waiter).then(|| NewOutbound {
         route: route.clone(),
         kind: OutboundKind::Announce,
         text: texts::announcement(row.label, state, &result),
         in_reply_to: row.origin_message.map(str::to_string),
         edit_of: None,
-    };
+    });
     let status_edit = row.status_message.map(|id| NewOutbound {
         route: route.clone(),
         kind: OutboundKind::Status,
@@ -362,7 +379,7 @@ pub(crate) async fn finish(
         edit_of: Some(id),
     });
     // Only a user-facing session (not another subagent) gets a turn for the outcome.
-    let parent_message = (row.depth <= 1).then(|| {
+    let parent_message = (row.depth <= 1 && !row.to_waiter).then(|| {
         (
             InboundMessage {
                 route: route.clone(),
@@ -388,8 +405,8 @@ pub(crate) async fn finish(
         parent_message,
         now_ms: crate::clock::now_ms(),
     };
-    let report =
-        (row.depth > 1).then(|| texts::for_parent(row.label, row.id, state, &finish.result));
+    let report = (row.depth > 1 && !row.to_waiter)
+        .then(|| texts::for_parent(row.label, row.id, state, &finish.result));
     if let RunFinished::Announced { parent_turn } = registry.store.run_finish(&finish).await? {
         registry.outbox.kick(&route.channel);
         if let Some(entry) = parent_turn {

@@ -10,6 +10,7 @@ mod exec;
 mod files;
 mod message;
 mod plan_tool;
+mod skill_tool;
 mod subagent_tools;
 mod web_fetch;
 
@@ -18,7 +19,8 @@ pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::PlanTool;
-pub use subagent_tools::{SessionsSpawn, SubagentsTool};
+pub use skill_tool::ReadSkill;
+pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
 pub use web_fetch::{WebFetch, is_private};
 
 use crate::outbox::OutboxNotifier;
@@ -53,6 +55,8 @@ pub struct ToolContext {
     pub exec: Option<ExecPlace>,
     /// A subagent's live status (hears tool output as it arrives).
     pub progress: Option<Arc<dyn crate::spawn::StepObserver>>,
+    /// The agent's skill menu (`read_skill` reads from it).
+    pub skills: Arc<[crate::skills::Skill]>,
 }
 
 /// A call's arguments as the tool's own type. The registry has checked them against the
@@ -89,6 +93,21 @@ pub trait Tool: Send + Sync {
         None
     }
 }
+
+/// The name of every built-in tool (what an agent's `tools` allowlist may name).
+pub const NAMES: &[&str] = &[
+    "read_file",
+    "write_file",
+    "list_files",
+    "web_fetch",
+    "message",
+    "plan",
+    "sessions_spawn",
+    "subagents",
+    "exec",
+    "read_skill",
+    "delegate",
+];
 
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -139,6 +158,8 @@ impl ToolRegistry {
             Arc::new(SessionsSpawn),
             Arc::new(SubagentsTool),
             Arc::new(ExecTool::new(exec_max)),
+            Arc::new(ReadSkill),
+            Arc::new(Delegate),
         ])
     }
 
@@ -257,5 +278,14 @@ impl ToolRegistry {
             log.record(&*cx.store, &key, text).await;
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_name_list_is_the_registry() {
+        let registry = super::ToolRegistry::builtin(false, "", std::time::Duration::from_secs(1));
+        assert_eq!(registry.names(), super::NAMES);
     }
 }

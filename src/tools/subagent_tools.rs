@@ -28,6 +28,7 @@ struct SpawnArgs {
     mode: Option<String>,
     sandbox: Option<bool>,
     timeout_secs: Option<u64>,
+    agent_id: Option<String>,
 }
 
 /// `subagents` arguments: what to do, to which child.
@@ -76,7 +77,10 @@ impl Tool for SessionsSpawn {
                 "tools": {"type": "array", "items": {"type": "string"}, "description": "allowlist; default: all of yours"},
                 "mode": {"type": "string", "enum": ["run", "session"]},
                 "sandbox": {"type": "boolean", "description": "run its exec and file tools in its own container"},
-                "timeout_secs": {"type": "integer", "minimum": 1}
+                "timeout_secs": {"type": "integer", "minimum": 1},
+                // Offered (with the linked agents as its values) only to agents with
+                // `may_delegate` links; see `Engine::offered_tools`.
+                "agent_id": {"type": "string", "description": "run the child as this agent (its prompt, model, tools, skills)"}
             },
             "required": ["task"],
             "additionalProperties": false
@@ -94,6 +98,8 @@ impl Tool for SessionsSpawn {
             session_mode: args.mode.as_deref() == Some("session"),
             sandbox: args.sandbox.unwrap_or(false),
             timeout_secs: args.timeout_secs,
+            agent_id: args.agent_id,
+            waited: false,
         };
         let accepted = scope
             .spawner
@@ -101,6 +107,97 @@ impl Tool for SessionsSpawn {
             .await
             .map_err(|e| ToolError(e.to_string()))?;
         Ok(to_json(&accepted))
+    }
+}
+
+/// `delegate` arguments.
+#[derive(serde::Deserialize)]
+struct DelegateArgs {
+    agent_id: String,
+    task: String,
+    label: Option<String>,
+    #[serde(default = "yes")]
+    wait: bool,
+    #[serde(default = "default_delegate_wait")]
+    timeout_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_delegate_wait() -> u64 {
+    300
+}
+
+/// `delegate` (GoClaw's delegate mode): hand a task to a linked agent. Offered only to agents
+/// with `may_delegate` links (the engine narrows `agent_id` to them). The delegation is a run
+/// in the registry like any subagent (limits, `/subagents`, kill, one outcome).
+pub struct Delegate;
+
+#[async_trait]
+impl Tool for Delegate {
+    fn name(&self) -> &'static str {
+        "delegate"
+    }
+    fn description(&self) -> &'static str {
+        "Hand a task to another agent you are linked to. With wait (default) you get its result here          (if it takes longer than timeout_secs it goes on detached and is announced when done); without          wait it runs detached like a subagent and its outcome is announced and reported to you. It does          not see this conversation: put everything it needs in `task`."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "agent_id": {"type": "string"},
+                "task": {"type": "string", "minLength": 1},
+                "label": {"type": "string"},
+                "wait": {"type": "boolean"},
+                "timeout_secs": {"type": "integer", "minimum": 1}
+            },
+            "required": ["agent_id", "task"],
+            "additionalProperties": false
+        })
+    }
+    fn time_limit(&self, args: &Value) -> Option<Duration> {
+        (args["wait"] != false).then(|| {
+            Duration::from_secs(
+                args["timeout_secs"]
+                    .as_u64()
+                    .unwrap_or_else(default_delegate_wait)
+                    + 5,
+            )
+        })
+    }
+    async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        let handle = scope(cx)?;
+        let args: DelegateArgs = super::typed(args)?;
+        let failed = |e: crate::spawn::SpawnError| ToolError(e.to_string());
+        let request = SpawnRequest {
+            task: args.task,
+            label: args
+                .label
+                .or_else(|| Some(format!("{} (delegated)", args.agent_id))),
+            agent_id: Some(args.agent_id),
+            waited: args.wait,
+            ..SpawnRequest::default()
+        };
+        let accepted = handle
+            .spawner
+            .spawn(&handle.scope, request)
+            .await
+            .map_err(failed)?;
+        if !args.wait {
+            return Ok(to_json(&accepted));
+        }
+        let report = handle
+            .spawner
+            .wait(
+                &handle.scope.parent_session,
+                &accepted.run_id,
+                Duration::from_secs(args.timeout_secs),
+            )
+            .await
+            .map_err(failed)?;
+        Ok(to_json(&report))
     }
 }
 

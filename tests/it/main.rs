@@ -4,6 +4,7 @@
 
 mod common;
 
+mod agents;
 mod auth_profiles;
 mod chaos;
 mod chat_cli;

@@ -512,6 +512,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
     use ferroclaw::storage::{RunFinish, RunRow};
     let origin = route("webhook:r", "conv", Some("t"));
     let run = RunRow {
+        agent: "main".into(),
         id: "run1".into(),
         parent_session: origin.session_key(),
         origin_route: origin.clone(),
@@ -564,10 +565,10 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         run_id: "run1".into(),
         state: RunState::Done,
         result: "42".into(),
-        announcement: NewOutbound {
+        announcement: Some(NewOutbound {
             kind: OutboundKind::Announce,
             ..out(&origin, "alpha done: 42")
-        },
+        }),
         status_edit: None,
         parent_message: Some((parent_message.clone(), origin.session_key())),
         now_ms: 9,

@@ -109,5 +109,22 @@ pub struct InboxError(pub String);
 /// Where adapters hand inbound messages. Returning `Ok` means the message is durable.
 #[async_trait]
 pub trait Inbox: Send + Sync {
+    /// Journal a message for the agent its route is bound to.
     async fn accept(&self, message: InboundMessage) -> Result<Accepted, InboxError>;
+
+    /// Journal a message for `agent` when the client chose one (the OpenAI endpoint's
+    /// `model = "ferroclaw:<id>"`), else as [`Inbox::accept`].
+    async fn accept_for(
+        &self,
+        message: InboundMessage,
+        agent: Option<&str>,
+    ) -> Result<Accepted, InboxError> {
+        let _ = agent;
+        self.accept(message).await
+    }
+
+    /// The session key a message would be journalled under.
+    fn session_key_of(&self, message: &InboundMessage, agent: Option<&str>) -> String {
+        message.route.session_key_for(agent.unwrap_or("main"))
+    }
 }

@@ -31,11 +31,16 @@ impl ChatRoute {
     /// escaped (`%` → `%25`, `:` → `%3A`) so no two routes share a key: conversation
     /// `bob:thread:t1` and conversation `bob` with thread `t1` stay apart.
     pub fn session_key(&self) -> String {
+        self.session_key_for("main")
+    }
+
+    /// The session key of this route when `agent` answers it (`agent:<agent>:...`).
+    pub fn session_key_for(&self, agent: &str) -> String {
         let chat = escape(&self.chat_id);
         let mut key = match self.kind {
-            ChatKind::Direct => format!("agent:main:{}:dm:{chat}", self.channel),
-            ChatKind::Group => format!("agent:main:{}:group:{chat}", self.channel),
-            ChatKind::Conversation => format!("agent:main:{}:{chat}", self.channel),
+            ChatKind::Direct => format!("agent:{agent}:{}:dm:{chat}", self.channel),
+            ChatKind::Group => format!("agent:{agent}:{}:group:{chat}", self.channel),
+            ChatKind::Conversation => format!("agent:{agent}:{}:{chat}", self.channel),
         };
         if let Some(thread) = &self.thread_id {
             key.push_str(":thread:");

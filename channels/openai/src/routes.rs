@@ -54,18 +54,18 @@ impl State {
         }
     }
 
-    /// The agent a `model` names: `ferroclaw` (the default agent) or `ferroclaw:<id>`.
-    fn agent(&self, model: &str) -> Result<&str, ApiError> {
-        let found = match model.strip_prefix("ferroclaw") {
-            Some("") => self.agents.first(),
+    /// The agent a `model` names: `ferroclaw` (None: the agent the bindings choose, else
+    /// the default agent) or `ferroclaw:<id>`.
+    fn agent(&self, model: &str) -> Result<Option<String>, ApiError> {
+        match model.strip_prefix("ferroclaw") {
+            Some("") => Ok(None),
             Some(rest) => rest
                 .strip_prefix(':')
-                .and_then(|id| self.agents.iter().find(|a| *a == id)),
-            None => None,
-        };
-        found
-            .map(String::as_str)
-            .ok_or_else(|| ApiError::unknown_model(model))
+                .and_then(|id| self.agents.iter().find(|a| *a == id))
+                .map(|id| Some(id.clone()))
+                .ok_or_else(|| ApiError::unknown_model(model)),
+            None => Err(ApiError::unknown_model(model)),
+        }
     }
 
     /// Until the journal entry is answered (false: timed out or shutting down).
@@ -113,7 +113,7 @@ async fn completions(
         .await
         .map_err(|_| ApiError::too_large(state.max_body_bytes))?;
     let request = Completion::parse(&body)?;
-    state.agent(&request.model)?;
+    let agent = state.agent(&request.model)?;
     let header = |name: &str| {
         headers
             .get(name)
@@ -146,7 +146,7 @@ async fn completions(
         reply_to: None,
         internal: false,
     };
-    let session_key = message.route.session_key();
+    let session_key = state.inbox.session_key_of(&message, agent.as_deref());
     let usage_before = if kept {
         state.log.session_usage(&session_key).await.map_err(|e| {
             tracing::error!(error = %e, "api: could not read the session's usage");
@@ -159,10 +159,14 @@ async fn completions(
     let stream = request
         .stream
         .then(|| state.streams.open(&session, &request_id));
-    let accepted = state.inbox.accept(message).await.map_err(|e| {
-        tracing::error!(error = %e, "api: could not journal the request");
-        ApiError::unavailable()
-    })?;
+    let accepted = state
+        .inbox
+        .accept_for(message, agent.as_deref())
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "api: could not journal the request");
+            ApiError::unavailable()
+        })?;
     let journal_id = match accepted {
         Accepted::New { journal_id, .. } | Accepted::Duplicate { journal_id, .. } => journal_id,
     };
