@@ -192,6 +192,10 @@ pub struct AgentConfig {
     pub max_context_tokens: u32,
     pub workspace: String,
     pub max_input_chars: usize,
+    /// How `/plan` carries out a plan: `tracker` or `steps`.
+    pub plan_mode: crate::plan::PlanMode,
+    /// `steps` plans: model calls one step may make.
+    pub max_step_iterations: u32,
 }
 
 impl Default for AgentConfig {
@@ -205,6 +209,8 @@ impl Default for AgentConfig {
             max_context_tokens: 100_000,
             workspace: "./workspace".into(),
             max_input_chars: 32_000,
+            plan_mode: crate::plan::PlanMode::Tracker,
+            max_step_iterations: 8,
         }
     }
 }

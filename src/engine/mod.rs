@@ -12,6 +12,7 @@ mod compact;
 mod context;
 mod feedback;
 mod planning;
+mod steps;
 mod turn;
 
 pub use commands::{COMMANDS, Command, HELP_TEXT};
@@ -71,6 +72,28 @@ pub struct Engine {
 pub enum TurnError {
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What `/plan <args>` asks for.
+enum PlanRequest<'a> {
+    /// `continue`, `skip` or `stop` for a `steps` plan waiting on a failed step.
+    Decision(steps::Decision),
+    /// A task, in the mode `--steps` / `--tracker` names (else the configured one).
+    Task(crate::plan::PlanMode, &'a str),
+}
+
+fn plan_request(args: &str, default: crate::plan::PlanMode) -> PlanRequest<'_> {
+    use crate::plan::PlanMode;
+    if let Some(decision) = steps::Decision::parse(args) {
+        return PlanRequest::Decision(decision);
+    }
+    if let Some(task) = args.strip_prefix("--steps") {
+        return PlanRequest::Task(PlanMode::Steps, task.trim());
+    }
+    if let Some(task) = args.strip_prefix("--tracker") {
+        return PlanRequest::Task(PlanMode::Tracker, task.trim());
+    }
+    PlanRequest::Task(default, args)
 }
 
 /// What a model turn works from: the chat it answers in and the message it answers, and
@@ -333,8 +356,22 @@ impl Engine {
             Some(Command::Plan(task)) if !task.is_empty() && too_long => self.too_long(text),
             Some(Command::Plan(task)) if !task.is_empty() => {
                 let persona = self.user_persona(session, spawner);
-                let turn = self.run_planned_turn(input, session, stop, &task, tracker, &persona);
-                self.with_typing(route, turn).await?
+                match plan_request(&task, self.config.agent.plan_mode) {
+                    PlanRequest::Decision(decision) => {
+                        let turn =
+                            self.plan_decision(decision, input, session, stop, &tracker, &persona);
+                        self.with_typing(route, turn).await?
+                    }
+                    PlanRequest::Task(_, "") => TurnOutput::reply(
+                        OutboundKind::Error,
+                        "Usage: /plan [--steps|--tracker] <task>",
+                    ),
+                    PlanRequest::Task(mode, task) => {
+                        let turn = self
+                            .run_planned_turn(input, session, stop, task, tracker, &persona, mode);
+                        self.with_typing(route, turn).await?
+                    }
+                }
             }
             Some(command) => self.run_command(command, session, spawner).await?,
             None if too_long => self.too_long(text),
@@ -352,6 +389,52 @@ impl Engine {
                 self.with_typing(route, turn).await?
             }
         })
+    }
+
+    /// `plan_and_execute`: plan `task` (read-only) and run it as a `steps` plan in bounded
+    /// loops; the result is the final answer (or the question after a step failed twice).
+    pub(crate) async fn plan_tool(
+        &self,
+        arguments: &str,
+        input: &TurnInput<'_>,
+        session: &SessionRow,
+        stop: &CancellationToken,
+        tracker: &PlanTracker,
+        persona: &Persona,
+    ) -> (String, (i64, i64)) {
+        let task = serde_json::from_str::<serde_json::Value>(arguments)
+            .ok()
+            .and_then(|v| v["task"].as_str().map(str::trim).map(str::to_string))
+            .filter(|t| !t.is_empty());
+        let Some(task) = task else {
+            return (
+                "Error: invalid arguments: field `task` must be a non-empty string".into(),
+                (0, 0),
+            );
+        };
+        let mut planned = TurnOutput::default();
+        let Some((goal, steps)) = self
+            .plan_task(input, session, stop, &task, persona, &mut planned)
+            .await
+        else {
+            return ("stopped".into(), (planned.tokens_in, planned.tokens_out));
+        };
+        if let Err(e) = tracker
+            .create(goal, steps, crate::plan::PlanMode::Steps)
+            .await
+        {
+            return (format!("Error: could not store the plan: {e}"), (0, 0));
+        }
+        match self.run_steps(input, session, stop, tracker, persona).await {
+            Ok(outcome) => (
+                outcome.text,
+                (
+                    planned.tokens_in + outcome.tokens_in,
+                    planned.tokens_out + outcome.tokens_out,
+                ),
+            ),
+            Err(e) => (format!("Error: {e}"), (0, 0)),
+        }
     }
 
     fn too_long(&self, text: &str) -> TurnOutput {

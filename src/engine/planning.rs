@@ -1,11 +1,12 @@
 //! `/plan <task>`: a planning call that may use only read-only tools and must answer with
 //! `{goal, steps: [{action, expected_outcome}]}`; output that does not validate becomes a
-//! one-step plan holding the whole task. The plan is stored and its card posted; then the
-//! normal tool loop executes the task with the Active Plan in every system prompt.
+//! one-step plan holding the whole task. The plan is stored and its card posted; then it is
+//! carried out: in `tracker` mode by the normal tool loop with the Active Plan in every
+//! system prompt, in `steps` mode one bounded loop per step (`steps.rs`).
 
 use super::turn::entry_for;
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput};
-use crate::plan::{self, PlanTracker};
+use crate::plan::{self, PlanMode, PlanTracker};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::storage::SessionRow;
 use std::sync::Arc;
@@ -16,9 +17,10 @@ const PLANNING_CALLS: u32 = 6;
 
 pub const PLANNING_PROMPT: &str = "## Planning\nYou are planning, not executing. You may look around with the \
 read-only tools. Then answer with ONLY a JSON object, no prose: {\"goal\": string, \"steps\": [{\"action\": string, \
-\"expected_outcome\": string}]} with 1 to 20 concrete steps.";
+\"expected_outcome\": string}]} with 1 to 50 concrete steps.";
 
 impl Engine {
+    #[allow(clippy::too_many_arguments)] // the turn's inputs, each used
     pub(super) async fn run_planned_turn(
         &self,
         input: &TurnInput<'_>,
@@ -27,8 +29,52 @@ impl Engine {
         task: &str,
         tracker: Arc<PlanTracker>,
         persona: &Persona,
+        mode: PlanMode,
     ) -> Result<TurnOutput, TurnError> {
         let mut output = TurnOutput::default();
+        let Some((goal, steps)) = self
+            .plan_task(input, session, stop, task, persona, &mut output)
+            .await
+        else {
+            return Ok(output);
+        };
+        let card = tracker.create(goal, steps, mode).await?;
+        // The transcript keeps the request and the plan it produced.
+        output.entries.push(entry_for(
+            &ChatMessage::text(Role::User, format!("/plan {task}")),
+            None,
+            (0, 0),
+        ));
+        output.entries.push(entry_for(
+            &ChatMessage::text(Role::Assistant, card),
+            output.model.as_deref(),
+            (0, 0),
+        ));
+        match mode {
+            PlanMode::Tracker => {
+                self.run_model_turn(input, session, stop, task, tracker, output, persona)
+                    .await
+            }
+            PlanMode::Steps => {
+                let outcome = self
+                    .run_steps(input, session, stop, &tracker, persona)
+                    .await?;
+                Ok(outcome.into_output(output))
+            }
+        }
+    }
+
+    /// The planning calls for `task` (read-only tools); None when stopped. Tokens and the
+    /// model go into `output`.
+    pub(super) async fn plan_task(
+        &self,
+        input: &TurnInput<'_>,
+        session: &SessionRow,
+        stop: &CancellationToken,
+        task: &str,
+        persona: &Persona,
+        output: &mut TurnOutput,
+    ) -> Option<(String, Vec<(String, String)>)> {
         // Read-only tools this agent has.
         let read_only = self.tools.read_only_specs();
         let tools: std::sync::Arc<[_]> = read_only
@@ -48,7 +94,7 @@ impl Engine {
                 affinity: Some(session.key.as_str().into()),
             };
             let result = tokio::select! {
-                _ = stop.cancelled() => return Ok(output),
+                _ = stop.cancelled() => return None,
                 result = self.chain.complete_via(&model, &persona.agent.fallbacks, &request, &|_| {}) => result,
             };
             let (response, answered_by) = match result {
@@ -88,7 +134,7 @@ impl Engine {
             .as_deref()
             .ok_or_else(|| "no planning answer".to_string())
             .and_then(plan::parse_planning_output);
-        let (goal, steps) = parsed.unwrap_or_else(|why| {
+        Some(parsed.unwrap_or_else(|why| {
             tracing::info!(%why, "planning output did not validate; planning the task as one step");
             let p = plan::Plan::single_step(task);
             (
@@ -98,20 +144,6 @@ impl Engine {
                     .map(|s| (s.action, s.expected))
                     .collect(),
             )
-        });
-        let card = tracker.create(goal, steps).await?;
-        // The transcript keeps the request and the plan it produced.
-        output.entries.push(entry_for(
-            &ChatMessage::text(Role::User, format!("/plan {task}")),
-            None,
-            (0, 0),
-        ));
-        output.entries.push(entry_for(
-            &ChatMessage::text(Role::Assistant, card),
-            output.model.as_deref(),
-            (0, 0),
-        ));
-        self.run_model_turn(input, session, stop, task, tracker, output, persona)
-            .await
+        }))
     }
 }

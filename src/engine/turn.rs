@@ -7,6 +7,7 @@ use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role
 use crate::storage::{NewTranscriptEntry, SessionRow, TranscriptRole};
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use tokio_util::sync::CancellationToken;
 
 /// A chat message's role as the transcript stores it.
@@ -131,14 +132,30 @@ impl Engine {
                 let names: Vec<&str> = batch.iter().map(|c| c.name.as_str()).collect();
                 progress.tools(&names).await;
             }
+            let plan_tokens = (AtomicI64::new(0), AtomicI64::new(0));
+            let shared: &SessionRow = session;
             let results = tokio::select! {
                 _ = stop.cancelled() => {
                     // Keep the transcript well-formed: an assistant call needs its results.
                     output.entries.pop();
                     return Ok(stopped(output));
                 }
-                results = futures::future::join_all(batch.iter().map(|call| self.tools.call(call, &cx, &tools))) => results,
+                results = futures::future::join_all(batch.iter().map(|call| async {
+                    // `plan_and_execute` is the engine's own: it plans and runs steps.
+                    if call.name == "plan_and_execute" && tools.iter().any(|t| t.name == call.name) {
+                        let (text, used) = self
+                            .plan_tool(&call.arguments, input, shared, stop, &tracker, persona)
+                            .await;
+                        plan_tokens.0.fetch_add(used.0, Ordering::Relaxed);
+                        plan_tokens.1.fetch_add(used.1, Ordering::Relaxed);
+                        text
+                    } else {
+                        self.tools.call(call, &cx, &tools).await
+                    }
+                })) => results,
             };
+            output.tokens_in += plan_tokens.0.into_inner();
+            output.tokens_out += plan_tokens.1.into_inner();
             if let Some((_, last)) = batch
                 .iter()
                 .zip(&results)

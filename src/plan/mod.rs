@@ -10,7 +10,20 @@ pub use tracker::PlanTracker;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub const MAX_STEPS: usize = 20;
+/// The most steps a plan may have (a `steps` plan runs each in its own bounded loop, so a
+/// long plan costs time, not context).
+pub const MAX_STEPS: usize = 50;
+
+/// How a plan is carried out (`agent.plan_mode`, or `/plan --steps` / `/plan --tracker`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanMode {
+    /// One tool loop with the Active Plan in every system prompt.
+    #[default]
+    Tracker,
+    /// Each step its own bounded loop with a fresh context (`crate::engine` `steps.rs`).
+    Steps,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +75,12 @@ pub struct Plan {
     #[serde(default)]
     pub card: Option<i64>,
     pub active: bool,
+    #[serde(default)]
+    pub mode: PlanMode,
+    /// A `steps` plan whose step (index) failed twice: the user decides with
+    /// `/plan continue|skip|stop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting: Option<usize>,
 }
 
 impl Plan {
@@ -80,6 +99,8 @@ impl Plan {
                 .collect(),
             card: None,
             active: true,
+            mode: PlanMode::Tracker,
+            awaiting: None,
         }
     }
 
@@ -213,7 +234,7 @@ impl Plan {
     }
 }
 
-/// Validate `{goal, steps: [{action, expected_outcome}]}` (1–20 steps, non-empty texts).
+/// Validate `{goal, steps: [{action, expected_outcome}]}` (1–50 steps, non-empty texts).
 pub fn validate(value: &Value) -> Result<(String, Vec<(String, String)>), String> {
     let text = |v: &Value, field: &str| -> Result<String, String> {
         match v.get(field).and_then(Value::as_str).map(str::trim) {
@@ -278,7 +299,7 @@ mod tests {
         ] {
             assert!(parse_planning_output(bad).is_err(), "{bad}");
         }
-        let too_many: Vec<Value> = (0..21)
+        let too_many: Vec<Value> = (0..51)
             .map(|i| serde_json::json!({"action": format!("a{i}"), "expected_outcome": "e"}))
             .collect();
         assert!(validate(&serde_json::json!({"goal": "G", "steps": too_many})).is_err());

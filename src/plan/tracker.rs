@@ -2,7 +2,7 @@
 //! as a card in the chat that is edited in place as steps change, and summarised when the
 //! last step finishes. One tracker per turn; updates are serialised.
 
-use super::{Plan, StepStatus};
+use super::{Plan, PlanMode, StepStatus};
 use crate::outbox::OutboxNotifier;
 use crate::storage::{NewOutbound, Store, StoreError};
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
@@ -53,8 +53,39 @@ impl PlanTracker {
             .lock()
             .await
             .as_ref()
-            .filter(|p| p.active)
+            .filter(|p| p.active && p.mode == PlanMode::Tracker)
             .map(Plan::prompt_section)
+    }
+
+    /// The plan as it stands.
+    pub async fn snapshot(&self) -> Option<Plan> {
+        self.plan.lock().await.clone()
+    }
+
+    /// Mark a `steps` plan as waiting for the user's decision on a failed step (or not).
+    pub async fn set_awaiting(&self, step: Option<usize>) -> Result<(), StoreError> {
+        let mut guard = self.plan.lock().await;
+        let Some(plan) = guard.as_mut() else {
+            return Ok(());
+        };
+        plan.awaiting = step;
+        let snapshot = plan.clone();
+        self.persist(&snapshot).await
+    }
+
+    /// End the plan early (`/plan stop`): no longer active; its summary is posted.
+    pub async fn stop(&self) -> Result<Option<String>, StoreError> {
+        let mut guard = self.plan.lock().await;
+        let Some(plan) = guard.as_mut().filter(|p| p.active) else {
+            return Ok(None);
+        };
+        plan.active = false;
+        plan.awaiting = None;
+        let snapshot = plan.clone();
+        self.persist(&snapshot).await?;
+        let summary = snapshot.summary_text();
+        self.post(OutboundKind::Plan, summary.clone(), None).await?;
+        Ok(Some(summary))
     }
 
     /// Start a new plan (replacing any other) and post its card.
@@ -62,9 +93,11 @@ impl PlanTracker {
         &self,
         goal: String,
         steps: Vec<(String, String)>,
+        mode: PlanMode,
     ) -> Result<String, StoreError> {
         let mut guard = self.plan.lock().await;
         let mut plan = Plan::new(goal, steps);
+        plan.mode = mode;
         let card = plan.card_text();
         plan.card = Some(self.post(OutboundKind::Plan, card.clone(), None).await?);
         self.persist(&plan).await?;
@@ -116,7 +149,10 @@ impl PlanTracker {
     /// Remember the latest tool result as the current step's provisional actual.
     pub async fn provisional(&self, result: &str) {
         let mut guard = self.plan.lock().await;
-        let Some(plan) = guard.as_mut().filter(|p| p.active) else {
+        let Some(plan) = guard
+            .as_mut()
+            .filter(|p| p.active && p.mode == PlanMode::Tracker)
+        else {
             return;
         };
         let Some(i) = plan.current() else { return };

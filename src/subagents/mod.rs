@@ -292,6 +292,7 @@ impl Registry {
         let depth = scope.depth + 1;
         tools.retain(|t| {
             t != "plan"
+                && t != "plan_and_execute"
                 && (depth < max_depth
                     || !matches!(t.as_str(), "sessions_spawn" | "subagents" | "delegate"))
         });

@@ -18,7 +18,7 @@ pub use effects::EffectLog;
 pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
-pub use plan_tool::PlanTool;
+pub use plan_tool::{PlanAndExecute, PlanTool};
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
 pub use web_fetch::{WebFetch, is_private};
@@ -107,6 +107,7 @@ pub const NAMES: &[&str] = &[
     "exec",
     "read_skill",
     "delegate",
+    "plan_and_execute",
 ];
 
 pub struct ToolRegistry {
@@ -160,6 +161,7 @@ impl ToolRegistry {
             Arc::new(ExecTool::new(exec_max)),
             Arc::new(ReadSkill),
             Arc::new(Delegate),
+            Arc::new(PlanAndExecute),
         ])
     }
 

@@ -66,7 +66,7 @@ impl Tool for PlanTool {
             Action::Create => {
                 let (goal, steps) = plan::validate(&args).map_err(ToolError)?;
                 let card = tracker
-                    .create(goal, steps)
+                    .create(goal, steps, crate::plan::PlanMode::Tracker)
                     .await
                     .map_err(|e| ToolError(format!("could not save the plan: {e}")))?;
                 Ok(format!("Plan created and shown to the user:\n{card}"))
@@ -85,5 +85,35 @@ impl Tool for PlanTool {
                 Ok(format!("Step {step} recorded as {word}.\n{card}"))
             }
         }
+    }
+}
+
+/// `plan_and_execute`: the agent plans a large request itself and runs it as a `steps` plan
+/// (each step its own bounded loop); the steps' results come back as the result. The engine
+/// carries it out (it needs the model and the plan), so `run` here is never reached in a
+/// turn; it is not offered inside a step or to subagents.
+pub struct PlanAndExecute;
+
+#[async_trait]
+impl Tool for PlanAndExecute {
+    fn name(&self) -> &'static str {
+        "plan_and_execute"
+    }
+    fn description(&self) -> &'static str {
+        "For a large task with several distinct parts: plan it into steps and carry each step out in its \
+         own focused loop; returns the combined result. The plan is shown to the user."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"task": {"type": "string", "minLength": 1}},
+            "required": ["task"],
+            "additionalProperties": false
+        })
+    }
+    async fn run(&self, _args: Value, _cx: &ToolContext) -> Result<String, ToolError> {
+        Err(ToolError::new(
+            "plan_and_execute runs only in an agent's own turn",
+        ))
     }
 }

@@ -17,6 +17,7 @@ mod message_path;
 mod openai_api;
 mod operability;
 mod plan;
+mod plan_steps;
 mod providers;
 mod sandbox;
 mod scale_out;
