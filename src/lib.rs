@@ -36,6 +36,7 @@ pub mod skills;
 pub mod spawn;
 pub mod storage;
 pub mod subagents;
+pub mod teams;
 pub mod tools;
 pub mod turn_watch;
 pub mod turns;

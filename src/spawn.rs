@@ -50,6 +50,8 @@ pub struct SpawnRequest {
     /// A `delegate` that waits: when the child ends while its caller still waits, the
     /// outcome goes to the caller only (no announcement, no parent turn).
     pub waited: bool,
+    /// A team task's run: `agent_id` is a member of this team (no `may_delegate` link needed).
+    pub team: Option<String>,
 }
 
 /// An accepted spawn.

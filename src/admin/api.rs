@@ -24,6 +24,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/subagents", get(subagents))
         .route("/v1/admin/subagents/{id}", get(subagent))
         .route("/v1/admin/outbox", get(outbox))
+        .route("/v1/admin/teams/{team}/tasks", get(team_tasks))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
@@ -213,6 +214,26 @@ async fn outbox(State(admin): State<Admin>, Query(page): Query<Page>) -> Respons
                 counts.into_iter().map(|(c, n)| (c, json!(n))).collect();
             let messages: Vec<Value> = rows.iter().map(outbox_json).collect();
             Json(json!({"pending": by_channel, "messages": messages})).into_response()
+        }
+        Err(err) => unavailable(err),
+    }
+}
+
+/// A team's board: every task with its status, owner, blockers, result and comments.
+async fn team_tasks(State(admin): State<Admin>, Path(team): Path<String>) -> Response {
+    match admin.store.team_tasks(&team).await {
+        Ok(tasks) => {
+            let tasks: Vec<Value> = tasks
+                .iter()
+                .map(|t| {
+                    json!({"id": t.id, "title": t.title, "description": t.description,
+                        "status": t.status.as_str(), "assignee": t.assignee, "owner": t.owner,
+                        "blocked_by": t.blocked_by, "result": t.result, "created_by": t.created_by,
+                        "comments": t.comments.iter().map(|c| json!({"agent": c.agent, "text": c.text})).collect::<Vec<_>>(),
+                        "created_at": t.created_at, "updated_at": t.updated_at})
+                })
+                .collect();
+            Json(json!({"team": team, "tasks": tasks})).into_response()
         }
         Err(err) => unavailable(err),
     }

@@ -285,6 +285,22 @@ fn validate(
             }
         }
     }
+    for (id, team) in &config.teams {
+        if !known_agent(config, &team.lead) {
+            problem(
+                &format!("teams.{id}.lead"),
+                format!("unknown agent `{}` ({})", team.lead, agent_list(config)),
+            );
+        }
+        for (i, member) in team.members.iter().enumerate() {
+            if !known_agent(config, member) {
+                problem(
+                    &format!("teams.{id}.members[{i}]"),
+                    format!("unknown agent `{member}` ({})", agent_list(config)),
+                );
+            }
+        }
+    }
     let channels = channel_names(config);
     for (i, binding) in config.bindings.iter().enumerate() {
         if !known_agent(config, &binding.agent) {

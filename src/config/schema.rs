@@ -22,6 +22,17 @@ pub struct Config {
     /// `[[bindings]]`: which agent answers which channel, chat or thread.
     pub bindings: Vec<Binding>,
     pub skills: SkillsConfig,
+    /// `[teams.ID]`: agents sharing a task board and an inbox.
+    pub teams: BTreeMap<String, TeamConfig>,
+}
+
+/// `[teams.ID]`: a lead and its members (agent ids; the lead is a member too).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamConfig {
+    pub lead: String,
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 /// `[agents.ID]`: one configured agent. Unset keys take `[agent]`'s value.
@@ -109,6 +120,7 @@ impl Default for Config {
             agents: BTreeMap::new(),
             bindings: Vec::new(),
             skills: SkillsConfig::default(),
+            teams: BTreeMap::new(),
         }
     }
 }

@@ -15,6 +15,7 @@ pub const HELP_TEXT: &str = "Commands:\n\
 /status — model, fallbacks, token usage, plan progress, live subagents\n\
 /model [provider/model] — show or set this session's model\n\
 /subagents — list subagents; /subagents kill <id|all>; /subagents steer <id> <message>\n\
+/team — the task boards of this agent's teams\n\
 /help — this list";
 
 /// Commands as platforms register them.
@@ -30,6 +31,7 @@ pub const COMMANDS: &[ChatCommand] = &[
         "List, kill or steer subagents",
         Some("kill <id|all> | steer <id> <message>"),
     ),
+    command("team", "Show the team task boards", None),
     command("help", "List the commands", None),
 ];
 
@@ -54,6 +56,7 @@ pub enum Command {
     Status,
     Model(Option<String>),
     Subagents(String),
+    Team,
     Help,
     Unknown(String),
 }
@@ -73,6 +76,7 @@ impl Command {
             "status" => Command::Status,
             "model" => Command::Model((!args.is_empty()).then_some(args)),
             "subagents" => Command::Subagents(args),
+            "team" => Command::Team,
             "help" | "start" => Command::Help,
             _ => Command::Unknown(name),
         })
@@ -101,6 +105,7 @@ impl Engine {
                 )
             }
             Command::Status => (OutboundKind::Status, self.status_text(session, spawner)),
+            Command::Team => (OutboundKind::Status, self.team_text(session).await?),
             Command::Model(None) => (
                 OutboundKind::Status,
                 format!("Model: {}", self.session_model(session)),
@@ -218,6 +223,21 @@ impl Engine {
             (false, _) if self.config.tools.host_exec => Some("on the host".into()),
             (false, _) => None,
         }
+    }
+
+    /// The boards of the teams the session's agent is in.
+    async fn team_text(&self, session: &SessionRow) -> Result<String, TurnError> {
+        let agent = self.agents.of_session(&session.key);
+        let teams = self.teams.of(&agent.id);
+        if teams.is_empty() {
+            return Ok(format!("Agent {} is not in a team.", agent.id));
+        }
+        let mut boards = Vec::new();
+        for team in teams.iter() {
+            let board = self.store.team_tasks(&team.id).await?;
+            boards.push(crate::teams::board_text(team, &board));
+        }
+        Ok(boards.join("\n\n"))
     }
 
     fn status_text(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> String {

@@ -66,6 +66,7 @@ pub struct Engine {
     sandbox: Option<Arc<dyn Sandbox>>,
     agents: Arc<Agents>,
     skills: SkillLibrary,
+    teams: crate::teams::Teams,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +151,7 @@ impl Engine {
             .sum();
         let agents = Arc::new(Agents::from_config(&config));
         let skills = SkillLibrary::load(&config.skills.dir, &agents);
+        let teams = crate::teams::Teams::from_config(&config);
         Engine {
             store,
             chain,
@@ -161,6 +163,7 @@ impl Engine {
             sandbox: None,
             agents,
             skills,
+            teams,
         }
     }
 
@@ -206,6 +209,11 @@ impl Engine {
         &self.agents
     }
 
+    /// The teams an agent is a member of.
+    pub(crate) fn teams_of(&self, agent: &str) -> Arc<[Arc<crate::teams::Team>]> {
+        self.teams.of(agent)
+    }
+
     /// An agent's skill menu.
     pub(crate) fn skills_of(&self, agent: &str) -> Arc<[Skill]> {
         self.skills.menu(agent)
@@ -230,6 +238,10 @@ impl Engine {
             })
             .filter(|n| n != "delegate" || !agent.may_delegate.is_empty())
             .filter(|n| n != "read_skill" || !skills.is_empty())
+            .filter(|n| {
+                !matches!(n.as_str(), "team_tasks" | "team_message")
+                    || !self.teams.of(&agent.id).is_empty()
+            })
             .filter(|n| exec || n != "exec")
             .collect()
     }
@@ -502,6 +514,13 @@ impl Engine {
             exec: persona.and_then(|p| p.exec.clone()),
             progress: persona.and_then(|p| p.progress.clone()),
             skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
+            agent_id: persona.map_or_else(
+                || self.agents.of_session(&session.key).id.clone(),
+                |p| p.agent.id.clone(),
+            ),
+            teams: self
+                .teams
+                .of(persona.map_or(&self.agents.of_session(&session.key).id, |p| &p.agent.id)),
         }
     }
 

@@ -16,7 +16,9 @@ mod types;
 pub use connect::connect;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use states::{JournalState, OutboxState, PairingState, RunMode, RunState, TranscriptRole};
+pub use states::{
+    JournalState, OutboxState, PairingState, RunMode, RunState, TeamTaskStatus, TranscriptRole,
+};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -50,6 +52,7 @@ pub trait Store:
     + RunStore
     + EffectStore
     + LeaseStore
+    + TeamStore
     + Send
     + Sync
 {
@@ -285,4 +288,36 @@ pub trait EffectStore: Send + Sync {
         result: &str,
         now_ms: i64,
     ) -> StoreResult<()>;
+}
+
+/// Team boards and inboxes (SPEC section 12).
+#[async_trait]
+pub trait TeamStore: Send + Sync {
+    /// Add a task (open); returns it with its id.
+    async fn team_task_create(&self, task: &NewTeamTask, now_ms: i64) -> StoreResult<TeamTask>;
+    /// A team's tasks, oldest first.
+    async fn team_tasks(&self, team: &str) -> StoreResult<Vec<TeamTask>>;
+    /// Write a task back if its status is still `expected` (false: someone changed it).
+    async fn team_task_save(
+        &self,
+        task: &TeamTask,
+        expected: TeamTaskStatus,
+        now_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Queue a message for each recipient.
+    async fn team_message_send(
+        &self,
+        team: &str,
+        sender: &str,
+        recipients: &[String],
+        text: &str,
+        now_ms: i64,
+    ) -> StoreResult<()>;
+    /// A member's unread messages, marked read.
+    async fn team_inbox_take(
+        &self,
+        team: &str,
+        recipient: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<TeamMessage>>;
 }

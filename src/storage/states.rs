@@ -122,3 +122,8 @@ mod tests {
         assert!(RunState::Killed.is_final() && !RunState::Running.is_final());
     }
 }
+
+stored_enum! {
+    /// A team task: waiting (maybe blocked), being worked, or finished.
+    TeamTaskStatus { Open = "open", InProgress = "in_progress", Done = "done" }
+}

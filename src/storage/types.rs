@@ -187,3 +187,60 @@ pub struct RunFinish {
     pub parent_message: Option<(InboundMessage, String)>,
     pub now_ms: i64,
 }
+
+/// Where a team task's runs belong: the lead's session and the chat/thread it was asked in.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TaskOrigin {
+    pub session: String,
+    pub route: ChatRoute,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A comment on a team task.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TaskComment {
+    pub agent: String,
+    pub text: String,
+}
+
+/// A task to add to a team's board.
+#[derive(Debug, Clone)]
+pub struct NewTeamTask {
+    pub team: String,
+    pub title: String,
+    pub description: String,
+    pub assignee: Option<String>,
+    pub blocked_by: Vec<i64>,
+    pub created_by: String,
+    pub origin: Option<TaskOrigin>,
+}
+
+/// A task on a team's board.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamTask {
+    pub id: i64,
+    pub team: String,
+    pub title: String,
+    pub description: String,
+    pub status: crate::storage::TeamTaskStatus,
+    pub assignee: Option<String>,
+    /// The member working it.
+    pub owner: Option<String>,
+    pub blocked_by: Vec<i64>,
+    pub result: Option<String>,
+    pub comments: Vec<TaskComment>,
+    pub created_by: String,
+    pub origin: Option<TaskOrigin>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A message between team members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamMessage {
+    pub id: i64,
+    pub sender: String,
+    pub text: String,
+    pub created_at: i64,
+}

@@ -226,7 +226,11 @@ impl Registry {
                 engine.agents().ids().join(", ")
             ))
         })?;
-        if !scope.agent.may_run(target) {
+        let teammate = request
+            .team
+            .as_deref()
+            .is_some_and(|team| engine.teams_of(target).iter().any(|t| t.id == team));
+        if !scope.agent.may_run(target) && !teammate {
             let links = &scope.agent.may_delegate;
             return Err(SpawnError::Refused(format!(
                 "field `agent_id`: agent `{own}` may not run `{target}`; it may run {}",

@@ -12,6 +12,7 @@ mod message;
 mod plan_tool;
 mod skill_tool;
 mod subagent_tools;
+mod team_tools;
 mod web_fetch;
 
 pub use effects::EffectLog;
@@ -21,6 +22,7 @@ pub use message::MessageTool;
 pub use plan_tool::{PlanAndExecute, PlanTool};
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
+pub use team_tools::{TeamMessageTool, TeamTasks};
 pub use web_fetch::{WebFetch, is_private};
 
 use crate::outbox::OutboxNotifier;
@@ -57,6 +59,10 @@ pub struct ToolContext {
     pub progress: Option<Arc<dyn crate::spawn::StepObserver>>,
     /// The agent's skill menu (`read_skill` reads from it).
     pub skills: Arc<[crate::skills::Skill]>,
+    /// The agent the turn runs as.
+    pub agent_id: String,
+    /// The teams it is a member of (`team_tasks`, `team_message`).
+    pub teams: Arc<[Arc<crate::teams::Team>]>,
 }
 
 /// A call's arguments as the tool's own type. The registry has checked them against the
@@ -108,6 +114,8 @@ pub const NAMES: &[&str] = &[
     "read_skill",
     "delegate",
     "plan_and_execute",
+    "team_tasks",
+    "team_message",
 ];
 
 pub struct ToolRegistry {
@@ -162,6 +170,8 @@ impl ToolRegistry {
             Arc::new(ReadSkill),
             Arc::new(Delegate),
             Arc::new(PlanAndExecute),
+            Arc::new(TeamTasks),
+            Arc::new(TeamMessageTool),
         ])
     }
 

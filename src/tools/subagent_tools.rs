@@ -100,6 +100,7 @@ impl Tool for SessionsSpawn {
             timeout_secs: args.timeout_secs,
             agent_id: args.agent_id,
             waited: false,
+            team: None,
         };
         let accepted = scope
             .spawner

@@ -24,5 +24,6 @@ mod scale_out;
 mod standard_webhooks;
 mod store_conformance;
 mod subagents;
+mod teams;
 mod telegram;
 mod webhook;

@@ -737,6 +737,104 @@ async fn suite(store: Arc<dyn Store>) {
     runs_finish_and_announce_exactly_once(&*store).await;
     admin_reads_filter_page_and_count(&*store).await;
     leases_have_one_holder_and_expire(&*store).await;
+    team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
+}
+
+async fn team_boards_claim_once_and_inboxes_deliver_once(store: &dyn Store) {
+    use ferroclaw::storage::{NewTeamTask, TaskComment, TaskOrigin, TeamTaskStatus};
+    let origin = route("webhook:t", "conv", Some("th"));
+    let new = |title: &str, blocked_by: Vec<i64>| NewTeamTask {
+        team: "docs".into(),
+        title: title.into(),
+        description: "d".into(),
+        assignee: Some("writer".into()),
+        blocked_by,
+        created_by: "main".into(),
+        origin: Some(TaskOrigin {
+            session: origin.session_key(),
+            route: origin.clone(),
+            message: Some("m1".into()),
+        }),
+    };
+    let first = store
+        .team_task_create(&new("one", vec![]), 1)
+        .await
+        .unwrap();
+    let second = store
+        .team_task_create(&new("two", vec![first.id]), 2)
+        .await
+        .unwrap();
+    assert!(second.id > first.id);
+    assert_eq!(second.blocked_by, vec![first.id]);
+    assert_eq!(second.status, TeamTaskStatus::Open);
+    store
+        .team_task_create(
+            &NewTeamTask {
+                team: "other".into(),
+                ..new("x", vec![])
+            },
+            3,
+        )
+        .await
+        .unwrap();
+    let board = store.team_tasks("docs").await.unwrap();
+    assert_eq!(board.len(), 2, "one team's board");
+    assert_eq!(board[0].origin.as_ref().unwrap().route, origin);
+
+    // A claim is a compare-and-set on the status: only the first of two succeeds.
+    let mut claimed = first.clone();
+    claimed.status = TeamTaskStatus::InProgress;
+    claimed.owner = Some("writer".into());
+    claimed.comments.push(TaskComment {
+        agent: "writer".into(),
+        text: "on it".into(),
+    });
+    assert!(
+        store
+            .team_task_save(&claimed, TeamTaskStatus::Open, 4)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .team_task_save(&claimed, TeamTaskStatus::Open, 5)
+            .await
+            .unwrap()
+    );
+    let stored = &store.team_tasks("docs").await.unwrap()[0];
+    assert_eq!(stored.status, TeamTaskStatus::InProgress);
+    assert_eq!(stored.comments[0].text, "on it");
+    assert_eq!(stored.updated_at, 4);
+
+    // Each recipient gets a message once, in order.
+    let to = vec!["writer".to_string(), "researcher".to_string()];
+    store
+        .team_message_send("docs", "main", &to, "first", 6)
+        .await
+        .unwrap();
+    store
+        .team_message_send("docs", "main", &to[..1], "second", 7)
+        .await
+        .unwrap();
+    let inbox = store.team_inbox_take("docs", "writer", 8).await.unwrap();
+    let texts: Vec<&str> = inbox.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["first", "second"]);
+    assert_eq!(inbox[0].sender, "main");
+    assert!(
+        store
+            .team_inbox_take("docs", "writer", 9)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .team_inbox_take("docs", "researcher", 9)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
