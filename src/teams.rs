@@ -59,6 +59,15 @@ impl Teams {
     }
 }
 
+/// A task as the tools and the admin API show it.
+pub fn task_json(task: &TeamTask) -> serde_json::Value {
+    serde_json::json!({"id": task.id, "title": task.title, "description": task.description,
+        "status": task.status.as_str(), "assignee": task.assignee, "owner": task.owner,
+        "blocked_by": task.blocked_by, "result": task.result, "created_by": task.created_by,
+        "comments": task.comments.iter().map(|c| serde_json::json!({"agent": c.agent, "text": c.text})).collect::<Vec<_>>(),
+        "created_at": task.created_at, "updated_at": task.updated_at})
+}
+
 /// Whether every task `task` waits for is done.
 pub fn unblocked(task: &TeamTask, board: &[TeamTask]) -> bool {
     task.blocked_by.iter().all(|id| {

@@ -223,16 +223,7 @@ async fn outbox(State(admin): State<Admin>, Query(page): Query<Page>) -> Respons
 async fn team_tasks(State(admin): State<Admin>, Path(team): Path<String>) -> Response {
     match admin.store.team_tasks(&team).await {
         Ok(tasks) => {
-            let tasks: Vec<Value> = tasks
-                .iter()
-                .map(|t| {
-                    json!({"id": t.id, "title": t.title, "description": t.description,
-                        "status": t.status.as_str(), "assignee": t.assignee, "owner": t.owner,
-                        "blocked_by": t.blocked_by, "result": t.result, "created_by": t.created_by,
-                        "comments": t.comments.iter().map(|c| json!({"agent": c.agent, "text": c.text})).collect::<Vec<_>>(),
-                        "created_at": t.created_at, "updated_at": t.updated_at})
-                })
-                .collect();
+            let tasks: Vec<Value> = tasks.iter().map(crate::teams::task_json).collect();
             Json(json!({"team": team, "tasks": tasks})).into_response()
         }
         Err(err) => unavailable(err),

@@ -7,7 +7,7 @@
 use super::{Tool, ToolContext, ToolError};
 use crate::spawn::{SpawnRequest, SpawnScope};
 use crate::storage::{NewTeamTask, TaskComment, TaskOrigin, TeamTask, TeamTaskStatus};
-use crate::teams::{Team, unblocked};
+use crate::teams::{Team, task_json, unblocked};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -38,13 +38,6 @@ fn team<'a>(cx: &'a ToolContext, named: Option<&str>) -> Result<&'a Arc<Team>, T
             ids()
         ))),
     }
-}
-
-fn task_json(task: &TeamTask) -> Value {
-    json!({"id": task.id, "title": task.title, "description": task.description,
-        "status": task.status.as_str(), "assignee": task.assignee, "owner": task.owner,
-        "blocked_by": task.blocked_by, "result": task.result,
-        "comments": task.comments.iter().map(|c| json!({"agent": c.agent, "text": c.text})).collect::<Vec<_>>()})
 }
 
 /// `team_tasks` arguments.
