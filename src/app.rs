@@ -145,10 +145,13 @@ impl App {
             .with_sandbox(sandbox.clone()),
         );
         let agents = engine.agents().clone();
+        let schedules = engine.schedules().clone();
         // Built in one pass: the registry runs children on the engine and hands the turns
         // their outcomes start to the lanes through a channel; the lanes' turn handler gives
         // every turn the registry as its spawner.
         let (parent_turns, mut parent_turns_rx) = tokio::sync::mpsc::unbounded_channel();
+        // Scheduled jobs' turns go to the lanes the same way.
+        let job_turns = parent_turns.clone();
         let subagents = Registry::new(
             store.clone(),
             notifier.clone(),
@@ -241,6 +244,10 @@ impl App {
                 }
             }
         });
+        worker_tracker.spawn(
+            crate::schedules::Scheduler::new(store.clone(), schedules, job_turns)
+                .run(workers_cancel.child_token()),
+        );
         let mut workers = Vec::new();
         // Every process delivers; on PostgreSQL each conversation under a delivery lease
         // (see `outbox::delivery`). Other processes add messages there without always waking

@@ -29,6 +29,7 @@ pub mod plan;
 pub mod providers;
 pub mod recent_errors;
 pub mod sandbox;
+pub mod schedules;
 pub mod serve;
 pub mod server;
 pub mod signals;

@@ -33,6 +33,11 @@ pub fn install() -> &'static PrometheusHandle {
     })
 }
 
+/// A scheduled job's due run: `fired`, `missed_run_once` or `skipped`.
+pub fn job_run(outcome: &'static str) {
+    counter!("ferroclaw_job_runs_total", "outcome" => outcome).increment(1);
+}
+
 /// A platform message journalled for the first time.
 pub fn inbound(channel: &str) {
     counter!("ferroclaw_inbound_messages_total", "channel" => channel.to_string()).increment(1);

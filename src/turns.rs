@@ -62,7 +62,8 @@ impl TurnHandler {
     ) -> Result<(), TurnError> {
         // A subagent's outcome starts an internal turn, which may spawn again: such chains
         // are capped, and `/stop` ends them.
-        if entry.message.internal {
+        // A job's turn is not a chain step (jobs have their own limits).
+        if entry.message.internal && !crate::schedules::is_job_message(&entry.message) {
             if !self.chains.step(&entry.session_key, self.max_chained_turns) {
                 tracing::info!(session = %entry.session_key, "chained internal turn not run (stopped or subagents.max_chained_turns reached)");
                 return Ok(self.answer(entry, None).await?);
@@ -80,6 +81,7 @@ impl TurnHandler {
             route,
             message_id: &entry.message.platform_message_id,
             journal: Some((entry.id, entry.redo)),
+            sender: Some(&entry.message.sender.id),
         };
         let output: TurnOutput = self
             .engine
@@ -112,6 +114,12 @@ impl TurnHandler {
             outbound: output
                 .outbound
                 .into_iter()
+                // A job's turn answering only the silence sentinel posts nothing.
+                .filter(|(kind, text)| {
+                    !(crate::schedules::is_job_message(&entry.message)
+                        && *kind == OutboundKind::Reply
+                        && text.trim() == crate::schedules::SILENT)
+                })
                 .map(|(kind, text)| NewOutbound {
                     route: route.clone(),
                     kind,

@@ -25,6 +25,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/subagents/{id}", get(subagent))
         .route("/v1/admin/outbox", get(outbox))
         .route("/v1/admin/teams/{team}/tasks", get(team_tasks))
+        .route("/v1/admin/jobs", get(jobs))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
@@ -214,6 +215,26 @@ async fn outbox(State(admin): State<Admin>, Query(page): Query<Page>) -> Respons
                 counts.into_iter().map(|(c, n)| (c, json!(n))).collect();
             let messages: Vec<Value> = rows.iter().map(outbox_json).collect();
             Json(json!({"pending": by_channel, "messages": messages})).into_response()
+        }
+        Err(err) => unavailable(err),
+    }
+}
+
+/// Scheduled jobs, newest first (every state).
+async fn jobs(State(admin): State<Admin>, Query(page): Query<Page>) -> Response {
+    match admin.store.jobs_recent(page.limit()).await {
+        Ok(jobs) => {
+            let jobs: Vec<Value> = jobs
+                .iter()
+                .map(|j| {
+                    let mut v = crate::tools::job_json(j);
+                    v["session_key"] = json!(j.session_key);
+                    v["next_run_ms"] = json!(j.next_run);
+                    v["last_run_ms"] = json!(j.last_run);
+                    v
+                })
+                .collect();
+            Json(json!({"jobs": jobs})).into_response()
         }
         Err(err) => unavailable(err),
     }

@@ -301,6 +301,20 @@ fn validate(
             }
         }
     }
+    if crate::schedules::zone(&config.schedules.timezone).is_err() {
+        problem(
+            "schedules.timezone",
+            format!("`{}` is not an IANA time zone", config.schedules.timezone),
+        );
+    }
+    for (user, zone) in &config.schedules.user_timezones {
+        if crate::schedules::zone(zone).is_err() {
+            problem(
+                &format!("schedules.user_timezones.\"{user}\""),
+                format!("`{zone}` is not an IANA time zone"),
+            );
+        }
+    }
     let channels = channel_names(config);
     for (i, binding) in config.bindings.iter().enumerate() {
         if !known_agent(config, &binding.agent) {

@@ -24,6 +24,39 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// `[teams.ID]`: agents sharing a task board and an inbox.
     pub teams: BTreeMap<String, TeamConfig>,
+    pub schedules: SchedulesConfig,
+}
+
+/// `[schedules]`: reminders and recurring jobs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulesConfig {
+    /// The default time zone (IANA name).
+    pub timezone: String,
+    /// Per-user zones: `"<channel>:<user id>" = "<zone>"`.
+    pub user_timezones: BTreeMap<String, String>,
+    /// Active jobs one session may have.
+    pub max_per_session: u32,
+    /// Jobs one turn started by a job may create.
+    pub max_per_job_turn: u32,
+    /// How many job turns in a row may lead to a new job (a job that schedules itself
+    /// forever stops here).
+    pub max_chain: u32,
+    /// A run found later than this was missed (the service was down): `missed` decides.
+    pub missed_after_secs: u64,
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        SchedulesConfig {
+            timezone: "UTC".into(),
+            user_timezones: BTreeMap::new(),
+            max_per_session: 20,
+            max_per_job_turn: 1,
+            max_chain: 3,
+            missed_after_secs: 60,
+        }
+    }
 }
 
 /// `[teams.ID]`: a lead and its members (agent ids; the lead is a member too).
@@ -121,6 +154,7 @@ impl Default for Config {
             bindings: Vec::new(),
             skills: SkillsConfig::default(),
             teams: BTreeMap::new(),
+            schedules: SchedulesConfig::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ pub const HELP_TEXT: &str = "Commands:\n\
 /model [provider/model] — show or set this session's model\n\
 /subagents — list subagents; /subagents kill <id|all>; /subagents steer <id> <message>\n\
 /team — the task boards of this agent's teams\n\
+/schedules — this chat's reminders and jobs; /schedules cancel <id>\n\
 /help — this list";
 
 /// Commands as platforms register them.
@@ -32,6 +33,11 @@ pub const COMMANDS: &[ChatCommand] = &[
         Some("kill <id|all> | steer <id> <message>"),
     ),
     command("team", "Show the team task boards", None),
+    command(
+        "schedules",
+        "List or cancel reminders and jobs",
+        Some("cancel <id>"),
+    ),
     command("help", "List the commands", None),
 ];
 
@@ -57,6 +63,7 @@ pub enum Command {
     Model(Option<String>),
     Subagents(String),
     Team,
+    Schedules(String),
     Help,
     Unknown(String),
 }
@@ -77,6 +84,7 @@ impl Command {
             "model" => Command::Model((!args.is_empty()).then_some(args)),
             "subagents" => Command::Subagents(args),
             "team" => Command::Team,
+            "schedules" => Command::Schedules(args),
             "help" | "start" => Command::Help,
             _ => Command::Unknown(name),
         })
@@ -104,8 +112,15 @@ impl Engine {
                     "Started a fresh session. The previous conversation is archived.".into(),
                 )
             }
-            Command::Status => (OutboundKind::Status, self.status_text(session, spawner)),
+            Command::Status => {
+                let jobs = self.store.jobs_live_count(&session.key).await?;
+                (
+                    OutboundKind::Status,
+                    self.status_text(session, spawner, jobs),
+                )
+            }
             Command::Team => (OutboundKind::Status, self.team_text(session).await?),
+            Command::Schedules(args) => self.schedules_command(session, &args).await?,
             Command::Model(None) => (
                 OutboundKind::Status,
                 format!("Model: {}", self.session_model(session)),
@@ -225,6 +240,51 @@ impl Engine {
         }
     }
 
+    /// `/schedules` (list) and `/schedules cancel <id>`.
+    async fn schedules_command(
+        &self,
+        session: &SessionRow,
+        args: &str,
+    ) -> Result<(OutboundKind, String), TurnError> {
+        if let Some(id) = args.strip_prefix("cancel").map(str::trim) {
+            return Ok(if id.is_empty() {
+                (OutboundKind::Error, "Usage: /schedules cancel <id>".into())
+            } else if self.store.job_cancel(&session.key, id).await? {
+                self.schedules.wake();
+                (OutboundKind::Status, format!("Cancelled job {id}."))
+            } else {
+                (
+                    OutboundKind::Error,
+                    format!("No active job `{id}` in this chat."),
+                )
+            });
+        }
+        let jobs = self.store.jobs_of(&session.key).await?;
+        let live: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.state == crate::storage::JobState::Active)
+            .map(|j| {
+                format!(
+                    "⏰ {} — {} ({}) — next: {} — {}",
+                    j.id,
+                    j.spec,
+                    j.kind.as_str(),
+                    j.next_run
+                        .map_or("-".into(), |t| crate::schedules::show_time(t, &j.timezone)),
+                    j.prompt.chars().take(80).collect::<String>()
+                )
+            })
+            .collect();
+        Ok((
+            OutboundKind::Status,
+            if live.is_empty() {
+                "No reminders or jobs in this chat.".into()
+            } else {
+                live.join("\n")
+            },
+        ))
+    }
+
     /// The boards of the teams the session's agent is in.
     async fn team_text(&self, session: &SessionRow) -> Result<String, TurnError> {
         let agent = self.agents.of_session(&session.key);
@@ -240,7 +300,12 @@ impl Engine {
         Ok(boards.join("\n\n"))
     }
 
-    fn status_text(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> String {
+    fn status_text(
+        &self,
+        session: &SessionRow,
+        spawner: Option<&Arc<dyn Spawner>>,
+        jobs: i64,
+    ) -> String {
         let mut out = String::new();
         let agent = self.agents.of_session(&session.key);
         let _ = writeln!(out, "Agent: {}", agent.id);
@@ -284,6 +349,7 @@ impl Engine {
         if let Some(line) = self.exec_status() {
             let _ = write!(out, "\nExec: {line}");
         }
+        let _ = write!(out, "\nScheduled jobs: {jobs} (/schedules)");
         if let Some(registry) = spawner {
             let _ = write!(
                 out,

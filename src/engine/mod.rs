@@ -67,6 +67,7 @@ pub struct Engine {
     agents: Arc<Agents>,
     skills: SkillLibrary,
     teams: crate::teams::Teams,
+    schedules: crate::schedules::ScheduleHandle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +106,8 @@ pub struct TurnInput<'a> {
     /// The platform id of the message answered (streamed previews and replies refer to it).
     pub message_id: &'a str,
     pub journal: Option<(i64, bool)>,
+    /// Who sent the message answered (a person's id; None for a subagent's step).
+    pub sender: Option<&'a str>,
 }
 
 /// What a turn produced before it is committed.
@@ -152,6 +155,7 @@ impl Engine {
         let agents = Arc::new(Agents::from_config(&config));
         let skills = SkillLibrary::load(&config.skills.dir, &agents);
         let teams = crate::teams::Teams::from_config(&config);
+        let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
         Engine {
             store,
             chain,
@@ -164,6 +168,7 @@ impl Engine {
             agents,
             skills,
             teams,
+            schedules,
         }
     }
 
@@ -207,6 +212,11 @@ impl Engine {
     /// The configured agents (bindings route messages to them).
     pub fn agents(&self) -> &Arc<Agents> {
         &self.agents
+    }
+
+    /// Scheduling: the scheduler wakes through this handle when a tool adds a job.
+    pub fn schedules(&self) -> &crate::schedules::ScheduleHandle {
+        &self.schedules
     }
 
     /// The teams an agent is a member of.
@@ -513,6 +523,8 @@ impl Engine {
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
             exec: persona.and_then(|p| p.exec.clone()),
             progress: persona.and_then(|p| p.progress.clone()),
+            sender: input.sender.map(str::to_string),
+            schedules: self.schedules.clone(),
             skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
             agent_id: persona.map_or_else(
                 || self.agents.of_session(&session.key).id.clone(),
@@ -567,7 +579,8 @@ impl Engine {
         input: &TurnInput<'_>,
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let route = input.route;
-        if !self.feedback.live(route) {
+        // A job's turn is not streamed: a heartbeat's silent answer must never show.
+        if !self.feedback.live(route) || crate::schedules::is_job_turn(input.message_id) {
             return self
                 .chain
                 .complete_via(model, fallbacks, request, &|_| {})

@@ -17,7 +17,8 @@ pub use connect::connect;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use states::{
-    JournalState, OutboxState, PairingState, RunMode, RunState, TeamTaskStatus, TranscriptRole,
+    JobKind, JobState, JournalState, MissedPolicy, OutboxState, PairingState, RunMode, RunState,
+    TeamTaskStatus, TranscriptRole,
 };
 pub use types::*;
 
@@ -53,6 +54,7 @@ pub trait Store:
     + EffectStore
     + LeaseStore
     + TeamStore
+    + JobStore
     + Send
     + Sync
 {
@@ -320,4 +322,36 @@ pub trait TeamStore: Send + Sync {
         recipient: &str,
         now_ms: i64,
     ) -> StoreResult<Vec<TeamMessage>>;
+}
+
+/// Scheduled jobs.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    async fn job_insert(&self, job: &Job) -> StoreResult<()>;
+    async fn job_get(&self, id: &str) -> StoreResult<Option<Job>>;
+    /// Jobs created by a session (every state), newest first.
+    async fn jobs_of(&self, session_key: &str) -> StoreResult<Vec<Job>>;
+    /// The most recent jobs of every session (admin API).
+    async fn jobs_recent(&self, limit: i64) -> StoreResult<Vec<Job>>;
+    /// Active jobs a session has.
+    async fn jobs_live_count(&self, session_key: &str) -> StoreResult<i64>;
+    /// Jobs created by the turn that answered message `message_id`.
+    async fn jobs_created_in(&self, message_id: &str) -> StoreResult<i64>;
+    /// Cancel an active job of a session; false when there is none.
+    async fn job_cancel(&self, session_key: &str, id: &str) -> StoreResult<bool>;
+    /// Active jobs due at `now_ms`, earliest first.
+    async fn jobs_due(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<Job>>;
+    /// The earliest next run of any active job.
+    async fn jobs_next_due(&self) -> StoreResult<Option<i64>>;
+    /// One due time of a job, in one transaction: move `next_run` from `due` to `next` (None:
+    /// the job is done) if no one else did, and when `turn` is given journal it. Returns
+    /// whether this call did it, and the journal entry to run.
+    async fn job_advance(
+        &self,
+        id: &str,
+        due: i64,
+        next: Option<i64>,
+        turn: Option<(&InboundMessage, &str)>,
+        now_ms: i64,
+    ) -> StoreResult<(bool, Option<JournalEntry>)>;
 }

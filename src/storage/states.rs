@@ -127,3 +127,18 @@ stored_enum! {
     /// A team task: waiting (maybe blocked), being worked, or finished.
     TeamTaskStatus { Open = "open", InProgress = "in_progress", Done = "done" }
 }
+
+stored_enum! {
+    /// A scheduled job: waiting for its next run, finished (a one-shot that ran), or cancelled.
+    JobState { Active = "active", Done = "done", Cancelled = "cancelled" }
+}
+
+stored_enum! {
+    /// A job's schedule: one time, or a cron expression.
+    JobKind { Once = "once", Cron = "cron" }
+}
+
+stored_enum! {
+    /// What a run missed while the service was down does: run once now, or not at all.
+    MissedPolicy { RunOnce = "run_once", Skip = "skip" }
+}

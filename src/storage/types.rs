@@ -244,3 +244,34 @@ pub struct TeamMessage {
     pub text: String,
     pub created_at: i64,
 }
+
+/// A scheduled job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: String,
+    /// The session whose turn created it (its `/schedules` lists it).
+    pub session_key: String,
+    pub agent: String,
+    pub origin_route: ChatRoute,
+    pub origin_message: Option<String>,
+    pub kind: crate::storage::JobKind,
+    /// The cron expression, or the one-shot time as asked.
+    pub spec: String,
+    pub timezone: String,
+    /// What the agent is asked when it fires.
+    pub prompt: String,
+    /// Run in the origin session (else the job's own session).
+    pub in_origin: bool,
+    /// A check that stays silent when there is nothing to report.
+    pub heartbeat: bool,
+    pub missed: crate::storage::MissedPolicy,
+    pub state: crate::storage::JobState,
+    pub next_run: Option<i64>,
+    pub runs: i64,
+    pub last_run: Option<i64>,
+    /// How many job turns led to it (0: a person asked for it).
+    pub chain: i64,
+    /// The message whose turn created it.
+    pub created_in: String,
+    pub created_at: i64,
+}

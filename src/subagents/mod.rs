@@ -297,6 +297,7 @@ impl Registry {
         tools.retain(|t| {
             t != "plan"
                 && t != "plan_and_execute"
+                && t != "schedule"
                 && (depth < max_depth
                     || !matches!(t.as_str(), "sessions_spawn" | "subagents" | "delegate"))
         });

@@ -204,6 +204,7 @@ async fn execute(
             route: &route,
             message_id: &message_id,
             journal: None,
+            sender: None,
         };
         let stop = CancellationToken::new();
         let (output, steered) = {

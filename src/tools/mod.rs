@@ -10,6 +10,7 @@ mod exec;
 mod files;
 mod message;
 mod plan_tool;
+mod schedule_tool;
 mod skill_tool;
 mod subagent_tools;
 mod team_tools;
@@ -20,6 +21,7 @@ pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::{PlanAndExecute, PlanTool};
+pub use schedule_tool::{ScheduleTool, job_json};
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
 pub use team_tools::{TeamMessageTool, TeamTasks};
@@ -61,6 +63,10 @@ pub struct ToolContext {
     pub skills: Arc<[crate::skills::Skill]>,
     /// The agent the turn runs as.
     pub agent_id: String,
+    /// Who sent the message answered (None for a subagent's step).
+    pub sender: Option<String>,
+    /// Scheduling limits and the scheduler's wake-up.
+    pub schedules: crate::schedules::ScheduleHandle,
     /// The teams it is a member of (`team_tasks`, `team_message`).
     pub teams: Arc<[Arc<crate::teams::Team>]>,
 }
@@ -116,6 +122,7 @@ pub const NAMES: &[&str] = &[
     "plan_and_execute",
     "team_tasks",
     "team_message",
+    "schedule",
 ];
 
 pub struct ToolRegistry {
@@ -172,6 +179,7 @@ impl ToolRegistry {
             Arc::new(PlanAndExecute),
             Arc::new(TeamTasks),
             Arc::new(TeamMessageTool),
+            Arc::new(ScheduleTool),
         ])
     }
 

@@ -21,6 +21,7 @@ mod plan_steps;
 mod providers;
 mod sandbox;
 mod scale_out;
+mod schedules;
 mod standard_webhooks;
 mod store_conformance;
 mod subagents;

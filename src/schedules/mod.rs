@@ -1,0 +1,310 @@
+//! Scheduled jobs: one-shot reminders ("at 9:00", "in 20 minutes") and cron jobs, with a
+//! timezone (`[schedules] timezone`, per-user `user_timezones`), stored with the chat and
+//! thread they came from (`storage::JobStore`).
+//!
+//! Owns parsing a schedule (`croner` for cron, with optional seconds; `chrono-tz` for zones;
+//! `humantime` for "in 20 minutes"), the next run, the job turn's text and its silence
+//! sentinel, and the handle tools use to wake the scheduler (`worker.rs` fires due jobs). A
+//! job's turn is an internal journal entry in the job's own session (or the origin session),
+//! answered into the origin chat and thread through the outbox like any turn. Knows the
+//! store; not the engine or channels.
+
+mod worker;
+
+pub use worker::Scheduler;
+
+use crate::config::SchedulesConfig;
+use crate::storage::{Job, JobKind};
+use chrono::{DateTime, NaiveDateTime, NaiveTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use ferroclaw_channel_core::InboundMessage;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// A job turn whose whole answer is this is not delivered (a heartbeat with nothing to say).
+pub const SILENT: &str = "NOTHING_TO_REPORT";
+
+/// What the tools and commands need of scheduling: the limits, the default zone, and a way
+/// to wake the scheduler when a job is added.
+#[derive(Clone)]
+pub struct ScheduleHandle {
+    pub config: Arc<SchedulesConfig>,
+    wake: Arc<Notify>,
+}
+
+impl ScheduleHandle {
+    pub fn new(config: SchedulesConfig) -> Self {
+        ScheduleHandle {
+            config: Arc::new(config),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// A job was added or changed: the scheduler looks again.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub(crate) async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The zone for a user (`channel:user id` in `user_timezones`), else the default.
+    pub fn zone_for(&self, channel: &str, user: &str) -> String {
+        self.config
+            .user_timezones
+            .get(&format!("{channel}:{user}"))
+            .cloned()
+            .unwrap_or_else(|| self.config.timezone.clone())
+    }
+}
+
+/// An IANA zone by name.
+pub fn zone(name: &str) -> Result<Tz, String> {
+    name.parse::<Tz>()
+        .map_err(|_| format!("`{name}` is not a time zone (an IANA name like Europe/Berlin)"))
+}
+
+/// A cron expression (5 fields, or 6 with seconds first).
+pub fn cron(expr: &str) -> Result<croner::Cron, String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .build()
+        .parse(expr.trim())
+        .map_err(|e| format!("`{expr}` is not a cron expression: {e}"))
+}
+
+/// When a new job first runs: `at` (RFC 3339, `YYYY-MM-DD HH:MM[:SS]` or `HH:MM` in `tz`,
+/// the next such time), `in` ("20 minutes", "1h 30m") or `cron`. Exactly one is given.
+pub fn first_run(
+    at: Option<&str>,
+    within: Option<&str>,
+    cron_expr: Option<&str>,
+    tz: Tz,
+    now: DateTime<Utc>,
+) -> Result<(JobKind, String, i64), String> {
+    match (at, within, cron_expr) {
+        (Some(at), None, None) => {
+            let when = parse_at(at.trim(), tz, now)?;
+            if when <= now {
+                return Err(format!("field `at`: {at} is in the past"));
+            }
+            Ok((
+                JobKind::Once,
+                at.trim().to_string(),
+                when.timestamp_millis(),
+            ))
+        }
+        (None, Some(within), None) => {
+            let span = humantime::parse_duration(within.trim().trim_start_matches("in ")).map_err(
+                |e| format!("field `in`: `{within}` is not a duration like \"20 minutes\": {e}"),
+            )?;
+            let span = chrono::Duration::from_std(span).map_err(|e| format!("field `in`: {e}"))?;
+            Ok((
+                JobKind::Once,
+                format!("in {}", within.trim().trim_start_matches("in ")),
+                (now + span).timestamp_millis(),
+            ))
+        }
+        (None, None, Some(expr)) => {
+            let next = next_cron(&cron(expr)?, tz, now.timestamp_millis())
+                .ok_or_else(|| format!("field `cron`: `{expr}` never runs"))?;
+            Ok((JobKind::Cron, expr.trim().to_string(), next))
+        }
+        _ => Err("give exactly one of `at`, `in` and `cron`".into()),
+    }
+}
+
+fn parse_at(at: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    if let Ok(when) = DateTime::parse_from_rfc3339(at) {
+        return Ok(when.with_timezone(&Utc));
+    }
+    let local = |naive: NaiveDateTime| {
+        tz.from_local_datetime(&naive)
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+            .ok_or_else(|| format!("field `at`: {at} does not exist in {tz}"))
+    };
+    for format in [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(naive) = NaiveDateTime::parse_from_str(at, format) {
+            return local(naive);
+        }
+    }
+    for format in ["%H:%M", "%H:%M:%S"] {
+        if let Ok(time) = NaiveTime::parse_from_str(at, format) {
+            // The next such time: today in `tz`, else tomorrow.
+            let today = now.with_timezone(&tz).date_naive();
+            let when = local(today.and_time(time))?;
+            return if when > now {
+                Ok(when)
+            } else {
+                local((today + chrono::Days::new(1)).and_time(time))
+            };
+        }
+    }
+    Err(format!(
+        "field `at`: `{at}` is not a time (2026-12-01 09:00, 09:00, or RFC 3339)"
+    ))
+}
+
+/// The first run of a cron job strictly after `after_ms`, in `tz`.
+fn next_cron(cron: &croner::Cron, tz: Tz, after_ms: i64) -> Option<i64> {
+    let after = Utc
+        .timestamp_millis_opt(after_ms)
+        .single()?
+        .with_timezone(&tz);
+    cron.find_next_occurrence(&after, false)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// A job's run after `after_ms` (None: a one-shot job is done).
+pub fn next_run(job: &Job, after_ms: i64) -> Option<i64> {
+    match job.kind {
+        JobKind::Once => None,
+        JobKind::Cron => {
+            let tz = zone(&job.timezone).ok()?;
+            next_cron(&cron(&job.spec).ok()?, tz, after_ms)
+        }
+    }
+}
+
+/// A time for people, in the job's zone.
+pub fn show_time(ms: i64, zone_name: &str) -> String {
+    let Some(utc) = Utc.timestamp_millis_opt(ms).single() else {
+        return ms.to_string();
+    };
+    match zone(zone_name) {
+        Ok(tz) => utc
+            .with_timezone(&tz)
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
+        Err(_) => utc.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    }
+}
+
+/// The platform message id prefix of job turns.
+const JOB_PREFIX: &str = "job:";
+
+/// Whether a journalled message is a job's turn (not a person's message).
+pub fn is_job_message(message: &InboundMessage) -> bool {
+    message.internal && message.sender.id.starts_with(JOB_PREFIX)
+}
+
+/// Whether the message being answered (by its platform id) is a job's turn.
+pub fn is_job_turn(message_id: &str) -> bool {
+    message_id.starts_with(JOB_PREFIX)
+}
+
+/// The job a turn belongs to (its platform id `job:<id>:<due>`).
+pub fn job_of_turn(message_id: &str) -> Option<&str> {
+    message_id.strip_prefix(JOB_PREFIX)?.split(':').next()
+}
+
+/// The session a job's turns run in.
+pub fn session_of(job: &Job) -> String {
+    if job.in_origin {
+        job.session_key.clone()
+    } else {
+        format!("agent:{}:job:{}", job.agent, job.id)
+    }
+}
+
+/// The internal message that starts a job's turn for its run due at `due`.
+pub fn turn_message(job: &Job, due: i64) -> InboundMessage {
+    let what = match job.kind {
+        JobKind::Once => format!("reminder set for {}", job.spec),
+        JobKind::Cron => format!("recurring job `{}` ({})", job.spec, job.timezone),
+    };
+    let mut text = format!(
+        "[Scheduled job {} — {what} — is due now ({}). This is not a message from the user: do what it \
+         asks; your answer is posted to the chat.] {}",
+        job.id,
+        show_time(due, &job.timezone),
+        job.prompt
+    );
+    if job.heartbeat {
+        text.push_str(&format!(
+            "\nIf there is nothing worth reporting, answer exactly {SILENT} and nothing else."
+        ));
+    }
+    InboundMessage {
+        route: job.origin_route.clone(),
+        sender: ferroclaw_channel_core::Sender {
+            id: format!("{JOB_PREFIX}{}", job.id),
+            name: "scheduler".into(),
+        },
+        platform_message_id: format!("{JOB_PREFIX}{}:{due}", job.id),
+        text,
+        mentioned: true,
+        reply_to: None,
+        internal: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, 8, 30, 0).unwrap()
+    }
+
+    #[test]
+    fn times_parse_in_the_users_zone() {
+        let berlin = zone("Europe/Berlin").unwrap();
+        // 09:00 in Berlin is 08:00 UTC: already past today, so tomorrow.
+        let (kind, _, at) = first_run(Some("09:00"), None, None, berlin, now()).unwrap();
+        assert_eq!(kind, JobKind::Once);
+        assert_eq!(
+            at,
+            Utc.with_ymd_and_hms(2026, 12, 2, 8, 0, 0)
+                .unwrap()
+                .timestamp_millis()
+        );
+        let (_, _, at) = first_run(Some("2026-12-01 10:15"), None, None, berlin, now()).unwrap();
+        assert_eq!(
+            at,
+            Utc.with_ymd_and_hms(2026, 12, 1, 9, 15, 0)
+                .unwrap()
+                .timestamp_millis()
+        );
+        let (_, spec, at) = first_run(None, Some("in 20 minutes"), None, berlin, now()).unwrap();
+        assert_eq!(spec, "in 20 minutes");
+        assert_eq!(
+            at,
+            (now() + chrono::Duration::minutes(20)).timestamp_millis()
+        );
+        assert!(first_run(Some("yesterday-ish"), None, None, berlin, now()).is_err());
+        assert!(
+            first_run(Some("2020-01-01 10:00"), None, None, berlin, now())
+                .unwrap_err()
+                .contains("past")
+        );
+        assert!(first_run(None, None, None, berlin, now()).is_err());
+    }
+
+    #[test]
+    fn cron_runs_follow_the_zone() {
+        let berlin = zone("Europe/Berlin").unwrap();
+        // Mondays at 09:00 Berlin time; 2026-12-07 is a Monday.
+        let (kind, _, first) = first_run(None, None, Some("0 9 * * 1"), berlin, now()).unwrap();
+        assert_eq!(kind, JobKind::Cron);
+        assert_eq!(
+            first,
+            Utc.with_ymd_and_hms(2026, 12, 7, 8, 0, 0)
+                .unwrap()
+                .timestamp_millis()
+        );
+        // Seconds are allowed (six fields).
+        let (_, _, every) = first_run(None, None, Some("*/2 * * * * *"), Tz::UTC, now()).unwrap();
+        assert_eq!(every, now().timestamp_millis() + 2_000);
+        assert!(first_run(None, None, Some("not cron"), Tz::UTC, now()).is_err());
+        assert!(zone("Mars/Olympus").is_err());
+    }
+}

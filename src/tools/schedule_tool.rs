@@ -1,0 +1,198 @@
+//! `schedule` (create, list, cancel): reminders and recurring jobs that post into the chat
+//! and thread they came from (`crate::schedules`). The result of `create` is the stored job,
+//! so the model cannot claim a job it did not save. Limits: active jobs per session, jobs a
+//! job's own turn may create, and how many job turns in a row may lead to a new job.
+
+use super::{Tool, ToolContext, ToolError};
+use crate::schedules::{self, first_run, show_time};
+use crate::storage::{Job, JobState, MissedPolicy};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+enum Args {
+    Create {
+        prompt: String,
+        at: Option<String>,
+        #[serde(rename = "in")]
+        within: Option<String>,
+        cron: Option<String>,
+        timezone: Option<String>,
+        #[serde(default)]
+        heartbeat: bool,
+        session: Option<String>,
+        missed: Option<String>,
+    },
+    List,
+    Cancel {
+        id: String,
+    },
+}
+
+fn failed(e: impl std::fmt::Display) -> ToolError {
+    ToolError(format!("the schedule could not be read or written: {e}"))
+}
+
+pub fn job_json(job: &Job) -> Value {
+    json!({"id": job.id, "kind": job.kind.as_str(), "schedule": job.spec, "timezone": job.timezone,
+        "prompt": job.prompt, "state": job.state.as_str(), "heartbeat": job.heartbeat,
+        "session": if job.in_origin { "origin" } else { "own" }, "missed": job.missed.as_str(),
+        "next_run": job.next_run.map(|t| show_time(t, &job.timezone)), "runs": job.runs})
+}
+
+pub struct ScheduleTool;
+
+#[async_trait]
+impl Tool for ScheduleTool {
+    fn name(&self) -> &'static str {
+        "schedule"
+    }
+    fn description(&self) -> &'static str {
+        "Reminders and recurring jobs that post into this chat. create: prompt (what to do or say when it \
+         is due) and one of at (\"2026-12-01 09:00\", \"09:00\"), in (\"20 minutes\") or cron (\"0 9 * * 1\"); \
+         optional timezone (IANA), heartbeat (a recurring check that stays silent when there is nothing \
+         to report), session (own | origin: run in this conversation), missed (run_once | skip). \
+         list; cancel (id). The result is the stored job."
+    }
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["create", "list", "cancel"]},
+                "prompt": {"type": "string", "minLength": 1},
+                "at": {"type": "string"},
+                "in": {"type": "string"},
+                "cron": {"type": "string"},
+                "timezone": {"type": "string"},
+                "heartbeat": {"type": "boolean"},
+                "session": {"type": "string", "enum": ["own", "origin"]},
+                "missed": {"type": "string", "enum": ["run_once", "skip"]},
+                "id": {"type": "string"}
+            },
+            "required": ["action"],
+            "additionalProperties": false
+        })
+    }
+    async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        let limits = &cx.schedules.config;
+        // A job's own turn: the job it runs for (its session owns what it creates).
+        let parent = match cx.in_reply_to.as_deref().and_then(schedules::job_of_turn) {
+            Some(id) => cx.store.job_get(id).await.map_err(failed)?,
+            None => None,
+        };
+        let owner = parent
+            .as_ref()
+            .map_or(cx.session_key.clone(), |p| p.session_key.clone());
+        match super::typed(args)? {
+            Args::List => {
+                let jobs = cx.store.jobs_of(&owner).await.map_err(failed)?;
+                let live: Vec<Value> = jobs
+                    .iter()
+                    .filter(|j| j.state == JobState::Active)
+                    .map(job_json)
+                    .collect();
+                Ok(Value::Array(live).to_string())
+            }
+            Args::Cancel { id } => {
+                if cx.store.job_cancel(&owner, &id).await.map_err(failed)? {
+                    cx.schedules.wake();
+                    Ok(format!("cancelled job {id}"))
+                } else {
+                    Err(ToolError(format!(
+                        "no active job `{id}` in this conversation"
+                    )))
+                }
+            }
+            Args::Create {
+                prompt,
+                at,
+                within,
+                cron,
+                timezone,
+                heartbeat,
+                session,
+                missed,
+            } => {
+                let zone_name = timezone.unwrap_or_else(|| {
+                    cx.schedules
+                        .zone_for(&cx.route.channel, cx.sender.as_deref().unwrap_or_default())
+                });
+                let zone = schedules::zone(&zone_name)
+                    .map_err(|e| ToolError(format!("field `timezone`: {e}")))?;
+                let (kind, spec, next) = first_run(
+                    at.as_deref(),
+                    within.as_deref(),
+                    cron.as_deref(),
+                    zone,
+                    chrono::Utc::now(),
+                )
+                .map_err(ToolError)?;
+                let live = cx.store.jobs_live_count(&owner).await.map_err(failed)?;
+                if live >= i64::from(limits.max_per_session) {
+                    return Err(ToolError(format!(
+                        "refused: this conversation already has {live} active jobs (schedules.max_per_session); cancel one first"
+                    )));
+                }
+                let chain = match &parent {
+                    Some(parent) => {
+                        let made = cx
+                            .store
+                            .jobs_created_in(cx.in_reply_to.as_deref().unwrap_or_default())
+                            .await
+                            .map_err(failed)?;
+                        if made >= i64::from(limits.max_per_job_turn) {
+                            return Err(ToolError(format!(
+                                "refused: a scheduled job's turn may create {} job(s) (schedules.max_per_job_turn)",
+                                limits.max_per_job_turn
+                            )));
+                        }
+                        if parent.chain + 1 > i64::from(limits.max_chain) {
+                            return Err(ToolError(format!(
+                                "refused: this job was scheduled by {} job runs in a row (schedules.max_chain); \
+                                 a person must ask for the next one",
+                                parent.chain
+                            )));
+                        }
+                        parent.chain + 1
+                    }
+                    None => 0,
+                };
+                let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+                let job = Job {
+                    id,
+                    session_key: owner,
+                    agent: crate::agents::agent_of(&cx.session_key)
+                        .unwrap_or(crate::agents::MAIN)
+                        .to_string(),
+                    origin_route: cx.route.clone(),
+                    // A job's message id is not the platform's: replies refer to none.
+                    origin_message: cx
+                        .in_reply_to
+                        .clone()
+                        .filter(|m| !schedules::is_job_turn(m)),
+                    kind,
+                    spec,
+                    timezone: zone_name,
+                    prompt,
+                    in_origin: session.as_deref() == Some("origin"),
+                    heartbeat,
+                    missed: missed
+                        .as_deref()
+                        .and_then(MissedPolicy::parse)
+                        .unwrap_or(MissedPolicy::RunOnce),
+                    state: JobState::Active,
+                    next_run: Some(next),
+                    runs: 0,
+                    last_run: None,
+                    chain,
+                    created_in: cx.in_reply_to.clone().unwrap_or_default(),
+                    created_at: crate::clock::now_ms(),
+                };
+                cx.store.job_insert(&job).await.map_err(failed)?;
+                cx.schedules.wake();
+                Ok(job_json(&job).to_string())
+            }
+        }
+    }
+}
