@@ -48,6 +48,20 @@ impl LiveFeedback for ChannelFeedback {
             channel.typing(route).await;
         }
     }
+    async fn fetch_file(
+        &self,
+        route: &ChatRoute,
+        id: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, ferroclaw_channel_core::FetchError> {
+        match self.0.get(&route.channel) {
+            Some(channel) => channel.fetch_file(id, max_bytes).await,
+            None => Err(ferroclaw_channel_core::FetchError::Failed(format!(
+                "channel {} is not running here",
+                route.channel
+            ))),
+        }
+    }
 }
 
 pub struct App {
@@ -142,7 +156,11 @@ impl App {
                 notifier.clone(),
                 tools,
             )
-            .with_sandbox(sandbox.clone()),
+            .with_sandbox(sandbox.clone())
+            .with_transcriber(crate::media::Transcriber::new(
+                &config.transcription,
+                loaded.secrets.transcription_key.clone(),
+            )),
         );
         let agents = engine.agents().clone();
         let schedules = engine.schedules().clone();

@@ -43,6 +43,7 @@ pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
             mentioned: true,
             reply_to: None,
             internal: false,
+            attachments: Vec::new(),
         };
         app.ingress.accept(message).await?;
     }

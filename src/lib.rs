@@ -21,6 +21,7 @@ pub mod http;
 pub mod http_server;
 pub mod ingress;
 pub mod lanes;
+pub mod media;
 pub mod metrics;
 pub mod models;
 pub mod outbox;

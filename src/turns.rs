@@ -82,6 +82,8 @@ impl TurnHandler {
             message_id: &entry.message.platform_message_id,
             journal: Some((entry.id, entry.redo)),
             sender: Some(&entry.message.sender.id),
+            attachments: &entry.message.attachments,
+            images: &[],
         };
         let output: TurnOutput = self
             .engine

@@ -53,6 +53,8 @@ pub struct Secrets {
     /// (`channels.telegram.token_env`, `channels.webhook.NAME.secret_env`).
     pub channels: BTreeMap<String, SecretString>,
     pub admin_token: Option<SecretString>,
+    /// The transcription service's key (`transcription.api_key_env`).
+    pub transcription_key: Option<SecretString>,
     /// The OpenAI-compatible endpoint's bearer token (`api.token_env`); None: not served.
     pub api_token: Option<SecretString>,
 }
@@ -245,6 +247,9 @@ fn validate(
     check_model("agent.model", &config.agent.model);
     for (i, model) in config.agent.fallbacks.iter().enumerate() {
         check_model(&format!("agent.fallbacks[{i}]"), model);
+    }
+    if !config.media.vision_model.is_empty() {
+        check_model("media.vision_model", &config.media.vision_model);
     }
     for (id, agent) in &config.agents {
         if let Some(model) = &agent.model {
@@ -453,6 +458,9 @@ fn validate(
     }
     if !config.api.token_env.is_empty() {
         secrets.api_token = secret(&config.api.token_env);
+    }
+    if !config.transcription.api_key_env.is_empty() {
+        secrets.transcription_key = secret(&config.transcription.api_key_env);
     }
     secrets
 }

@@ -25,6 +25,61 @@ pub struct Config {
     /// `[teams.ID]`: agents sharing a task board and an inbox.
     pub teams: BTreeMap<String, TeamConfig>,
     pub schedules: SchedulesConfig,
+    pub media: MediaConfig,
+    pub transcription: TranscriptionConfig,
+}
+
+/// `[media]`: files that come with messages.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediaConfig {
+    /// The largest file taken (bytes).
+    pub max_file_bytes: u64,
+    /// The most bytes of files one message may bring.
+    pub max_message_bytes: u64,
+    /// MIME type prefixes taken (`image/`, `application/pdf`); empty: every type.
+    pub allowed_types: Vec<String>,
+    /// `<provider>/<model>` that describes images for a model that cannot see (empty: none;
+    /// the model is then told an image arrived and where it is).
+    pub vision_model: String,
+    /// Characters of a document's text the model is given.
+    pub max_excerpt_chars: usize,
+    /// How long extracting a PDF's text may take.
+    pub pdf_timeout_secs: u64,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        MediaConfig {
+            max_file_bytes: 20 * 1024 * 1024,
+            max_message_bytes: 40 * 1024 * 1024,
+            allowed_types: Vec::new(),
+            vision_model: String::new(),
+            max_excerpt_chars: 4_000,
+            pdf_timeout_secs: 10,
+        }
+    }
+}
+
+/// `[transcription]`: voice notes and audio to text through an OpenAI-compatible
+/// `/audio/transcriptions` endpoint (OpenAI, Groq, a local whisper.cpp server).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TranscriptionConfig {
+    /// Empty: no transcription (a voice note is answered with a line saying so).
+    pub base_url: String,
+    pub api_key_env: String,
+    pub model: String,
+}
+
+impl Default for TranscriptionConfig {
+    fn default() -> Self {
+        TranscriptionConfig {
+            base_url: String::new(),
+            api_key_env: String::new(),
+            model: "whisper-1".into(),
+        }
+    }
 }
 
 /// `[schedules]`: reminders and recurring jobs.
@@ -155,6 +210,8 @@ impl Default for Config {
             skills: SkillsConfig::default(),
             teams: BTreeMap::new(),
             schedules: SchedulesConfig::default(),
+            media: MediaConfig::default(),
+            transcription: TranscriptionConfig::default(),
         }
     }
 }
@@ -296,6 +353,9 @@ pub struct ProviderConfig {
     /// `kind = "local"`: the context window in tokens (default 2048).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_tokens: Option<u32>,
+    /// Its models see images (image parts are sent to them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vision: bool,
 }
 
 impl ProviderConfig {
@@ -309,6 +369,7 @@ impl ProviderConfig {
             model_path: None,
             threads: None,
             context_tokens: None,
+            vision: false,
         }
     }
 }

@@ -32,6 +32,7 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
             content: entry.content.clone(),
             tool_calls,
             tool_call_id: entry.tool_call_id.clone(),
+            images: Vec::new(),
         });
     }
     messages

@@ -1,6 +1,7 @@
-//! The one way the engine reaches a chat while a turn runs: streamed reply text and the
-//! typing indicator. Everything else leaves through the outbox. Implemented over the channel
-//! adapters by the composition root; the engine holds no channel.
+//! The one way the engine reaches a chat while a turn runs: streamed reply text, the typing
+//! indicator, and the files that came with the message. Everything else leaves through the
+//! outbox. Implemented over the channel adapters by the composition root; the engine holds
+//! no channel.
 
 use async_trait::async_trait;
 use ferroclaw_channel_core::ChatRoute;
@@ -13,4 +14,15 @@ pub trait LiveFeedback: Send + Sync {
     async fn delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str);
     /// Show "typing" in the chat and thread.
     async fn typing(&self, route: &ChatRoute);
+    /// A file the chat's platform holds (an attachment's platform id).
+    async fn fetch_file(
+        &self,
+        _route: &ChatRoute,
+        _id: &str,
+        _max_bytes: u64,
+    ) -> Result<Vec<u8>, ferroclaw_channel_core::FetchError> {
+        Err(ferroclaw_channel_core::FetchError::Failed(
+            "no channel holds this file".into(),
+        ))
+    }
 }

@@ -11,6 +11,7 @@ mod commands;
 mod compact;
 mod context;
 mod feedback;
+mod media;
 mod planning;
 mod steps;
 mod turn;
@@ -68,6 +69,7 @@ pub struct Engine {
     skills: SkillLibrary,
     teams: crate::teams::Teams,
     schedules: crate::schedules::ScheduleHandle,
+    transcriber: crate::media::Transcriber,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +103,7 @@ fn plan_request(args: &str, default: crate::plan::PlanMode) -> PlanRequest<'_> {
 /// What a model turn works from: the chat it answers in and the message it answers, and
 /// for a user's turn the journal entry (id, redo) whose side effects are recorded. Not a
 /// journal row: a subagent's turns have none.
+#[derive(Clone, Copy)]
 pub struct TurnInput<'a> {
     pub route: &'a ChatRoute,
     /// The platform id of the message answered (streamed previews and replies refer to it).
@@ -108,6 +111,10 @@ pub struct TurnInput<'a> {
     pub journal: Option<(i64, bool)>,
     /// Who sent the message answered (a person's id; None for a subagent's step).
     pub sender: Option<&'a str>,
+    /// Files that came with the message (fetched and read before the model is called).
+    pub attachments: &'a [ferroclaw_channel_core::Attachment],
+    /// Images the first model call of the turn shows (set by the media step).
+    pub images: &'a [crate::providers::ImagePart],
 }
 
 /// What a turn produced before it is committed.
@@ -169,6 +176,7 @@ impl Engine {
             skills,
             teams,
             schedules,
+            transcriber: Default::default(),
         }
     }
 
@@ -222,6 +230,12 @@ impl Engine {
     /// The teams an agent is a member of.
     pub(crate) fn teams_of(&self, agent: &str) -> Arc<[Arc<crate::teams::Team>]> {
         self.teams.of(agent)
+    }
+
+    /// The media step's seams: transcription of voice notes.
+    pub fn with_transcriber(mut self, transcriber: crate::media::Transcriber) -> Self {
+        self.transcriber = transcriber;
+        self
     }
 
     /// An agent's skill menu.
@@ -397,6 +411,28 @@ impl Engine {
             }
             Some(command) => self.run_command(command, session, spawner).await?,
             None if too_long => self.too_long(text),
+            None if !input.attachments.is_empty() => {
+                let persona = self.user_persona(session, spawner);
+                let prepared = match self.prepare_media(input, session, &persona).await {
+                    Ok(prepared) => prepared,
+                    Err(refusal) => return Ok(TurnOutput::reply(OutboundKind::Error, refusal)),
+                };
+                let text = prepared.text_with(text);
+                let input = TurnInput {
+                    images: &prepared.images,
+                    ..*input
+                };
+                let turn = self.run_model_turn(
+                    &input,
+                    session,
+                    stop,
+                    &text,
+                    tracker,
+                    TurnOutput::default(),
+                    &persona,
+                );
+                self.with_typing(route, turn).await?
+            }
             None => {
                 let persona = self.user_persona(session, spawner);
                 let turn = self.run_model_turn(

@@ -117,6 +117,7 @@ impl Engine {
                 content: response.content,
                 tool_calls: response.tool_calls,
                 tool_call_id: None,
+                images: Vec::new(),
             });
             let results =
                 futures::future::join_all(calls.iter().map(|c| self.tools.call(c, &cx, &tools)))
@@ -127,6 +128,7 @@ impl Engine {
                     content: result,
                     tool_calls: Vec::new(),
                     tool_call_id: Some(call.id.clone()),
+                    images: Vec::new(),
                 });
             }
         }

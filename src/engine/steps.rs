@@ -229,6 +229,7 @@ impl Engine {
                 content: response.content,
                 tool_calls: response.tool_calls,
                 tool_call_id: None,
+                images: Vec::new(),
             });
             let results = tokio::select! {
                 _ = stop.cancelled() => return StepRun::Stopped,
@@ -240,6 +241,7 @@ impl Engine {
                     content: result,
                     tool_calls: Vec::new(),
                     tool_call_id: Some(call.id.clone()),
+                    images: Vec::new(),
                 });
             }
         }

@@ -58,8 +58,10 @@ impl Engine {
         mut output: TurnOutput,
         persona: &Persona,
     ) -> Result<TurnOutput, TurnError> {
-        let user = ChatMessage::text(Role::User, user_text.to_string());
+        let mut user = ChatMessage::text(Role::User, user_text.to_string());
         output.entries.push(entry_for(&user, None, (0, 0)));
+        // Images of the message go to this turn's calls only (the transcript keeps the text).
+        user.images = input.images.to_vec();
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let model = persona.model.clone();
@@ -116,6 +118,7 @@ impl Engine {
                 content: response.content,
                 tool_calls: response.tool_calls,
                 tool_call_id: None,
+                images: Vec::new(),
             };
             output
                 .entries
@@ -171,6 +174,7 @@ impl Engine {
                     content: result,
                     tool_calls: Vec::new(),
                     tool_call_id: Some(call.id.clone()),
+                    images: Vec::new(),
                 };
                 output.entries.push(entry_for(&message, None, (0, 0)));
                 turn_messages.push(message);

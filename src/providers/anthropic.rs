@@ -31,6 +31,15 @@ impl AnthropicProvider {
         let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
         for m in &request.messages {
             match m.role {
+                Role::User if !m.images.is_empty() => {
+                    let mut parts: Vec<Value> = m
+                        .images
+                        .iter()
+                        .map(|i| json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": &*i.base64}}))
+                        .collect();
+                    parts.push(json!({"type": "text", "text": m.content}));
+                    messages.push(json!({"role": "user", "content": parts}));
+                }
                 Role::User => messages.push(json!({"role": "user", "content": m.content})),
                 Role::Assistant => {
                     let mut content = Vec::new();

@@ -67,6 +67,15 @@ pub struct ChatMessage {
     pub content: String,
     pub tool_calls: Vec<ToolCall>,
     pub tool_call_id: Option<String>,
+    /// Images a user message shows the model (sent as image parts; never stored).
+    pub images: Vec<ImagePart>,
+}
+
+/// An image for a model that can see: its type and its bytes, base64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePart {
+    pub mime: String,
+    pub base64: std::sync::Arc<str>,
 }
 
 impl ChatMessage {
@@ -76,6 +85,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 }

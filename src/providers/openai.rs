@@ -32,6 +32,13 @@ impl OpenAiProvider {
         }
         for m in &request.messages {
             let mut msg = json!({"role": m.role.as_str(), "content": m.content});
+            if !m.images.is_empty() {
+                let mut parts = vec![json!({"type": "text", "text": m.content})];
+                parts.extend(m.images.iter().map(|i| {
+                    json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.base64)}})
+                }));
+                msg["content"] = Value::Array(parts);
+            }
             if !m.tool_calls.is_empty() {
                 msg["tool_calls"] = m
                     .tool_calls

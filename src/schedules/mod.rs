@@ -244,6 +244,7 @@ pub fn turn_message(job: &Job, due: i64) -> InboundMessage {
         mentioned: true,
         reply_to: None,
         internal: true,
+        attachments: Vec::new(),
     }
 }
 

@@ -205,6 +205,8 @@ async fn execute(
             message_id: &message_id,
             journal: None,
             sender: None,
+            attachments: &[],
+            images: &[],
         };
         let stop = CancellationToken::new();
         let (output, steered) = {
@@ -393,6 +395,7 @@ pub(crate) async fn finish(
                 mentioned: true,
                 reply_to: None,
                 internal: true,
+                attachments: Vec::new(),
             },
             row.parent_session.to_string(),
         )

@@ -13,6 +13,7 @@ mod discord;
 mod engine_loop;
 mod hardening;
 mod local_model;
+mod media;
 mod message_path;
 mod openai_api;
 mod operability;

@@ -517,6 +517,7 @@ async fn an_entry_taken_over_from_the_journal_passes_the_access_gate() {
         mentioned: true,
         reply_to: None,
         internal: false,
+        attachments: Vec::new(),
     };
     let key = stranger.route.session_key();
     store

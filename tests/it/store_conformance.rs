@@ -28,6 +28,7 @@ fn inbound(route: &ChatRoute, id: &str, text: &str) -> InboundMessage {
         mentioned: true,
         reply_to: None,
         internal: false,
+        attachments: Vec::new(),
     }
 }
 

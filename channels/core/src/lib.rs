@@ -23,7 +23,10 @@ pub use adapter::{
 };
 pub use command::ChatCommand;
 pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, SharedLiveReply};
-pub use message::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+pub use message::{
+    Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundKind, OutboundMessage,
+    Sender,
+};
 pub use route::{ChatKind, ChatRoute};
 pub use split::{SentPieces, split};
 
@@ -70,10 +73,26 @@ pub trait Channel: Send + Sync {
     /// turn runs; channels without one ignore it.
     async fn typing(&self, _route: &ChatRoute) {}
 
+    /// The bytes of a file the platform holds (an attachment's `Platform` id), at most
+    /// `max_bytes` (more is an error). Channels without files refuse.
+    async fn fetch_file(&self, _id: &str, _max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+        Err(FetchError::Failed("this channel has no files".into()))
+    }
+
     /// True once the adapter is connected to its platform (used by `/readyz`).
     fn is_ready(&self) -> bool {
         true
     }
+}
+
+/// Why a file could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// It is larger than allowed (bytes, when known).
+    #[error("the file is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Outcome of handing an inbound message to ferroclaw.

@@ -29,6 +29,47 @@ pub struct InboundMessage {
     /// access control does not apply.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub internal: bool,
+    /// Files that came with the message (photos, documents, voice notes), fetched when its
+    /// turn runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// What an attached file is, as the platform said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachmentKind {
+    Image,
+    Document,
+    Voice,
+    Audio,
+}
+
+/// Where an attached file's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum AttachmentSource {
+    /// A plain URL (webhook `url`, Discord's CDN).
+    Url { url: String },
+    /// The bytes themselves, base64 (webhook `content`).
+    Inline { base64: String },
+    /// A platform file id the channel fetches (Telegram's `file_id`).
+    Platform { id: String },
+}
+
+/// A file that came with an inbound message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub kind: AttachmentKind,
+    /// The file name (made up from the kind when the platform gives none).
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    /// The size the platform announced, if any (checked again while fetching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    pub source: AttachmentSource,
 }
 
 /// What a bot message is, for channels that show kinds differently (webhook `kind`).

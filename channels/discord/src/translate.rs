@@ -95,6 +95,7 @@ pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMes
             .and_then(|r| r.message_id)
             .map(|id| id.to_string()),
         internal: false,
+        attachments: Vec::new(),
     })
 }
 
@@ -131,6 +132,7 @@ pub fn command(command: &CommandInteraction, place: Place) -> InboundMessage {
         mentioned: true,
         reply_to: None,
         internal: false,
+        attachments: Vec::new(),
     }
 }
 

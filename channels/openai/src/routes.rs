@@ -145,6 +145,7 @@ async fn completions(
         mentioned: true,
         reply_to: None,
         internal: false,
+        attachments: Vec::new(),
     };
     let session_key = state.inbox.session_key_of(&message, agent.as_deref());
     let usage_before = if kept {

@@ -77,6 +77,7 @@ pub fn inbound(message: &Message, me: &Me) -> Option<InboundMessage> {
         mentioned,
         reply_to: message.reply_to_message().map(|r| r.id.0.to_string()),
         internal: false,
+        attachments: Vec::new(),
     })
 }
 

@@ -13,7 +13,10 @@ use axum::routing::{get, post};
 use ferroclaw_channel_core::MessageLog;
 use ferroclaw_channel_core::auth;
 use ferroclaw_channel_core::clock::now_secs;
-use ferroclaw_channel_core::{Accepted, ChatKind, ChatRoute, InboundMessage, Inbox, Sender};
+use ferroclaw_channel_core::{
+    Accepted, Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage,
+    Inbox, Sender,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -220,6 +223,15 @@ pub(crate) fn parse_body(
         Some(_) => return Err("field `sender` must be an object".into()),
         None => return Err("missing field `sender`".into()),
     };
+    let attachments = match object.get("attachments") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, a)| attachment(i, a))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("field `attachments` must be a list".into()),
+    };
     Ok(InboundMessage {
         route: ChatRoute {
             channel: crate::channel_name(name),
@@ -233,6 +245,69 @@ pub(crate) fn parse_body(
         mentioned: true,
         reply_to: None,
         internal: false,
+        attachments,
+    })
+}
+
+/// One `attachments[i]`: `{kind?, name?, mime?, url | content (base64)}`.
+fn attachment(i: usize, value: &Value) -> Result<Attachment, String> {
+    let field = |f: &str| format!("attachments[{i}].{f}");
+    let object = value
+        .as_object()
+        .ok_or_else(|| format!("field `attachments[{i}]` must be an object"))?;
+    let text = |f: &str| -> Result<Option<String>, String> {
+        match object.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(_) => Err(format!("field `{}` must be a non-empty string", field(f))),
+        }
+    };
+    let source = match (text("url")?, text("content")?) {
+        (Some(url), None) if url.starts_with("http://") || url.starts_with("https://") => {
+            AttachmentSource::Url { url }
+        }
+        (Some(_), None) => return Err(format!("field `{}` must be an http(s) URL", field("url"))),
+        (None, Some(base64)) => AttachmentSource::Inline { base64 },
+        _ => {
+            return Err(format!(
+                "field `attachments[{i}]` needs exactly one of `url` and `content`"
+            ));
+        }
+    };
+    let mime = text("mime")?;
+    let kind = match text("kind")?.as_deref() {
+        Some("image") => AttachmentKind::Image,
+        Some("voice") => AttachmentKind::Voice,
+        Some("audio") => AttachmentKind::Audio,
+        Some("document") => AttachmentKind::Document,
+        Some(other) => {
+            return Err(format!(
+                "field `{}`: `{other}` is not image, document, voice or audio",
+                field("kind")
+            ));
+        }
+        None => match mime.as_deref() {
+            Some(m) if m.starts_with("image/") => AttachmentKind::Image,
+            Some(m) if m.starts_with("audio/") => AttachmentKind::Audio,
+            _ => AttachmentKind::Document,
+        },
+    };
+    // Unnamed: the URL's last path segment.
+    let name = text("name")?.unwrap_or_else(|| match &source {
+        AttachmentSource::Url { url } => url
+            .split(['?', '#'])
+            .next()
+            .and_then(|u| u.rsplit('/').next())
+            .unwrap_or_default()
+            .to_string(),
+        _ => String::new(),
+    });
+    Ok(Attachment {
+        kind,
+        name,
+        mime,
+        size: None,
+        source,
     })
 }
 

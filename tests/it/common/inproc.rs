@@ -105,6 +105,7 @@ impl InProc {
                 mentioned: true,
                 reply_to: None,
                 internal: false,
+                attachments: Vec::new(),
             })
             .await
             .unwrap();

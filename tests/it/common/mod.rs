@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod discord;
+pub mod files;
 pub mod hook;
 pub mod inproc;
 pub mod llm;

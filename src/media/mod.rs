@@ -1,0 +1,255 @@
+//! Files that come with messages (SPEC: media): fetching them within limits, keeping them in
+//! the session's workspace (`inbox/`), reading documents (PDF text through `pdf-extract`,
+//! bounded in time and size) and transcribing voice notes (`transcribe.rs`).
+//!
+//! Owns the limits and the file handling; the engine decides what the model is given
+//! (`crate::engine` `media.rs`). Knows HTTP and the file system; not channels (platform
+//! files are fetched through the engine's `LiveFeedback`) or providers.
+
+mod transcribe;
+
+pub use transcribe::Transcriber;
+
+use crate::config::MediaConfig;
+use base64::Engine as _;
+use ferroclaw_channel_core::{Attachment, AttachmentKind, FetchError};
+use futures::StreamExt;
+use std::path::{Path, PathBuf};
+
+/// Why a message's files were not taken; the text is the reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MediaError {
+    #[error("The file {name} is too large: the limit is {limit} (media.max_file_bytes).")]
+    FileTooLarge { name: String, limit: String },
+    #[error(
+        "The files of this message are too large together: the limit is {limit} (media.max_message_bytes)."
+    )]
+    MessageTooLarge { limit: String },
+    #[error("Files of type {mime} ({name}) are not accepted here.")]
+    TypeRefused { name: String, mime: String },
+    #[error("The file {name} could not be fetched: {why}")]
+    Fetch { name: String, why: String },
+    #[error("The file {name} could not be stored: {why}")]
+    Store { name: String, why: String },
+}
+
+/// A size for people.
+pub fn human(bytes: u64) -> String {
+    if bytes >= 1024 * 1024 {
+        format!("{:.0} MB", bytes as f64 / (1024.0 * 1024.0))
+    } else if bytes >= 1024 {
+        format!("{:.0} KB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The file's MIME type: the platform's, else from its name, else by its kind.
+pub fn mime_of(attachment: &Attachment) -> String {
+    if let Some(mime) = attachment.mime.as_deref().filter(|m| !m.is_empty()) {
+        return mime.to_ascii_lowercase();
+    }
+    let ext = Path::new(&attachment.name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let by_ext = match ext.as_str() {
+        "jpg" | "jpeg" => "image/jpeg",
+        "png" => "image/png",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "json" => "application/json",
+        "ogg" | "oga" | "opus" => "audio/ogg",
+        "mp3" => "audio/mpeg",
+        "m4a" => "audio/mp4",
+        "wav" => "audio/wav",
+        _ => "",
+    };
+    if !by_ext.is_empty() {
+        return by_ext.into();
+    }
+    match attachment.kind {
+        AttachmentKind::Image => "image/jpeg".into(),
+        AttachmentKind::Voice => "audio/ogg".into(),
+        AttachmentKind::Audio => "audio/mpeg".into(),
+        AttachmentKind::Document => "application/octet-stream".into(),
+    }
+}
+
+/// Whether `[media] allowed_types` takes this type.
+pub fn allowed(config: &MediaConfig, mime: &str) -> bool {
+    config.allowed_types.is_empty()
+        || config
+            .allowed_types
+            .iter()
+            .any(|p| mime.starts_with(p.as_str()))
+}
+
+/// The bytes of a URL or inline attachment, at most `max` (the platform's own files are
+/// fetched by their channel).
+pub async fn fetch_plain(
+    source_url: Option<&str>,
+    inline: Option<&str>,
+    max: u64,
+) -> Result<Vec<u8>, FetchError> {
+    if let Some(data) = inline {
+        // Base64 is 4/3 of the bytes: refuse before decoding what is surely too large.
+        if (data.len() as u64) / 4 * 3 > max + 3 {
+            return Err(FetchError::TooLarge { limit: max });
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| FetchError::Failed(format!("its content is not base64: {e}")))?;
+        return if bytes.len() as u64 > max {
+            Err(FetchError::TooLarge { limit: max })
+        } else {
+            Ok(bytes)
+        };
+    }
+    let url = source_url.ok_or_else(|| FetchError::Failed("no source".into()))?;
+    let response = crate::http::shared()
+        .get(url)
+        .timeout(std::time::Duration::from_secs(60))
+        .send()
+        .await
+        .map_err(|e| FetchError::Failed(format!("{}", e.without_url())))?;
+    if !response.status().is_success() {
+        return Err(FetchError::Failed(format!(
+            "HTTP {}",
+            response.status().as_u16()
+        )));
+    }
+    if response.content_length().is_some_and(|n| n > max) {
+        return Err(FetchError::TooLarge { limit: max });
+    }
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| FetchError::Failed(format!("{}", e.without_url())))?;
+        if (body.len() + chunk.len()) as u64 > max {
+            return Err(FetchError::TooLarge { limit: max });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Keep a file in `workspace/inbox/` under a safe, unused name; returns the path relative to
+/// the workspace (`inbox/<name>`) and the full path.
+pub fn store(workspace: &Path, name: &str, bytes: &[u8]) -> std::io::Result<(String, PathBuf)> {
+    let inbox = workspace.join("inbox");
+    std::fs::create_dir_all(&inbox)?;
+    let clean: String = Path::new(name)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("file")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let clean = if clean.trim_matches('.').is_empty() {
+        "file".to_string()
+    } else {
+        clean
+    };
+    let (stem, ext) = match clean.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => (stem.to_string(), format!(".{ext}")),
+        _ => (clean.clone(), String::new()),
+    };
+    let mut name = clean.clone();
+    let mut n = 1;
+    while inbox.join(&name).exists() {
+        n += 1;
+        name = format!("{stem}-{n}{ext}");
+    }
+    let path = inbox.join(&name);
+    std::fs::write(&path, bytes)?;
+    Ok((format!("inbox/{name}"), path))
+}
+
+/// A document's text: PDF through `pdf-extract` (in a blocking thread, within `timeout`,
+/// a panic in the parser caught), text types as UTF-8. Err names why it could not be read.
+pub async fn document_text(
+    mime: &str,
+    bytes: Vec<u8>,
+    timeout: std::time::Duration,
+) -> Result<String, String> {
+    if mime == "application/pdf" {
+        let work = tokio::task::spawn_blocking(move || {
+            std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(&bytes))
+        });
+        return match tokio::time::timeout(timeout, work).await {
+            Err(_) => Err(format!(
+                "reading it took longer than {} s",
+                timeout.as_secs()
+            )),
+            Ok(Err(e)) => Err(format!("the reader failed: {e}")),
+            Ok(Ok(Err(_))) => Err("the PDF is malformed (its reader gave up)".into()),
+            Ok(Ok(Ok(Err(e)))) => Err(format!("the PDF could not be read: {e}")),
+            Ok(Ok(Ok(Ok(text)))) => Ok(text),
+        };
+    }
+    if mime.starts_with("text/") || mime == "application/json" {
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    Err(format!("{mime} files are stored, not read"))
+}
+
+/// At most `max` characters of `text`, whitespace runs folded, marked when cut.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let folded: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.chars().count() <= max {
+        return folded;
+    }
+    let mut out: String = folded.chars().take(max).collect();
+    out.push_str(" […]");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_names_are_safe_and_unique() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = store(dir.path(), "../../etc/pass wd.txt", b"1").unwrap();
+        let (b, _) = store(dir.path(), "pass wd.txt", b"2").unwrap();
+        assert_eq!(a, "inbox/pass_wd.txt");
+        assert_eq!(b, "inbox/pass_wd-2.txt");
+        let (c, _) = store(dir.path(), "..", b"3").unwrap();
+        assert_eq!(c, "inbox/file");
+    }
+
+    #[tokio::test]
+    async fn inline_content_is_decoded_within_the_limit() {
+        let data = base64::engine::general_purpose::STANDARD.encode(b"hello");
+        assert_eq!(fetch_plain(None, Some(&data), 10).await.unwrap(), b"hello");
+        assert_eq!(
+            fetch_plain(None, Some(&data), 3).await.unwrap_err(),
+            FetchError::TooLarge { limit: 3 }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_broken_pdf_is_named_not_a_hang() {
+        let err = document_text(
+            "application/pdf",
+            b"%PDF-1.4 garbage".to_vec(),
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.contains("PDF") || err.contains("reader"), "{err}");
+    }
+}

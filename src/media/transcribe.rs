@@ -1,0 +1,78 @@
+//! Voice notes and audio to text through an OpenAI-compatible `/audio/transcriptions`
+//! endpoint (`[transcription]`: OpenAI, Groq, a local whisper.cpp server): a multipart
+//! upload of the file and the model name, answered with `{"text": ...}`.
+
+use crate::config::TranscriptionConfig;
+use secrecy::{ExposeSecret, SecretString};
+use std::time::Duration;
+
+/// The configured transcription service (None inside: not configured).
+#[derive(Clone, Default)]
+pub struct Transcriber {
+    service: Option<(String, String, Option<SecretString>)>,
+}
+
+impl Transcriber {
+    /// From `[transcription]`, with the key from its `api_key_env` (resolved at load).
+    pub fn new(config: &TranscriptionConfig, key: Option<SecretString>) -> Self {
+        if config.base_url.is_empty() {
+            return Transcriber::default();
+        }
+        Transcriber {
+            service: Some((
+                config.base_url.trim_end_matches('/').to_string(),
+                config.model.clone(),
+                key,
+            )),
+        }
+    }
+
+    /// The text of an audio file; Err says why not (shown to the user).
+    pub async fn transcribe(
+        &self,
+        name: &str,
+        mime: &str,
+        bytes: Vec<u8>,
+    ) -> Result<String, String> {
+        let Some((base, model, key)) = &self.service else {
+            return Err("no transcription service is configured ([transcription] base_url)".into());
+        };
+        let part = reqwest::multipart::Part::bytes(bytes)
+            .file_name(name.to_string())
+            .mime_str(mime)
+            .map_err(|e| e.to_string())?;
+        let form = reqwest::multipart::Form::new()
+            .text("model", model.clone())
+            .part("file", part);
+        let mut request = crate::http::shared()
+            .post(format!("{base}/audio/transcriptions"))
+            .timeout(Duration::from_secs(120))
+            .multipart(form);
+        if let Some(key) = key {
+            request = request.bearer_auth(key.expose_secret());
+        }
+        let response = request.send().await.map_err(|e| {
+            format!(
+                "the transcription service did not answer: {}",
+                e.without_url()
+            )
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!(
+                "the transcription service answered HTTP {}",
+                status.as_u16()
+            ));
+        }
+        let body: serde_json::Value = response.json().await.map_err(|e| {
+            format!(
+                "the transcription service's answer is not JSON: {}",
+                e.without_url()
+            )
+        })?;
+        match body["text"].as_str().map(str::trim) {
+            Some(text) if !text.is_empty() => Ok(text.to_string()),
+            _ => Err("the transcription came back empty".into()),
+        }
+    }
+}

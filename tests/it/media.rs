@@ -1,0 +1,253 @@
+//! Files that come with messages, through the signed webhook (URL and base64 attachments)
+//! and the real service: an image reaching a model that sees as an image part, a text-only
+//! model given a vision model's description, a PDF's text excerpt, a 50 MB file refused with
+//! a clear reply, a voice note transcribed by the transcription stand-in and answered, and a
+//! failed transcription answered clearly without a model call.
+
+use crate::common::files::{FileHost, PNG};
+use crate::common::hook::{Hook, now};
+use crate::common::llm::{Behaviour, LlmStandIn, Recorded, last_user};
+use crate::common::service::{Service, Workdir, config_with_llm};
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+const SECRET: &str = "media-secret";
+const WEBHOOK: &str = "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n";
+
+async fn send(hook: &Hook, conversation: &str, id: &str, text: &str, attachments: Value) -> Value {
+    let body = json!({"conversation_id": conversation, "message_id": id, "text": text,
+        "sender": {"id": "u-1", "name": "Ann"}, "attachments": attachments});
+    let (status, body) = hook
+        .post_raw(
+            "/v1/webhooks/main/messages?wait=30",
+            &body.to_string(),
+            now(),
+            SECRET,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn answer(body: &Value) -> String {
+    body["replies"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The user message content of a request as the provider sent it (a string, or parts).
+fn user_content(request: &Recorded) -> Value {
+    request.body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| m["content"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Answers with the user's text, so a test reads what the model was given.
+fn echo() -> impl Fn(&Value, usize) -> Behaviour {
+    |body, _| {
+        if body["model"] == "eye" {
+            return Behaviour::reply("A single red pixel on a transparent background.");
+        }
+        Behaviour::reply(format!("model read: {}", last_user(body)))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_reaches_a_model_that_sees_as_an_image_part() {
+    let files = FileHost::start().await;
+    let llm = LlmStandIn::start(echo()).await;
+    let config = config_with_llm(&llm.url, WEBHOOK)
+        .replace("kind = \"openai\"\n", "kind = \"openai\"\nvision = true\n");
+    let work = Workdir::new(&config);
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    // A photo with no caption is not dropped.
+    let body = send(
+        &hook,
+        "v",
+        "m1",
+        "",
+        json!([{"url": format!("{}/photo.png", files.url), "kind": "image"}]),
+    )
+    .await;
+    assert!(answer(&body).starts_with("model read:"), "{body}");
+    let request = llm.requests().into_iter().last().unwrap();
+    let parts = user_content(&request);
+    assert!(
+        parts[0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("image (attached, saved at inbox/photo.png)"),
+        "{parts}"
+    );
+    let image = parts
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["type"] == "image_url"))
+        .unwrap_or_else(|| panic!("an image part: {parts}"));
+    let expected = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(PNG)
+    );
+    assert_eq!(image["image_url"]["url"], expected);
+    // Kept in the session's workspace.
+    let stored: Vec<_> = walk(work.path())
+        .into_iter()
+        .filter(|p| p.ends_with("inbox/photo.png"))
+        .collect();
+    assert_eq!(stored.len(), 1, "stored once in the workspace");
+    assert_eq!(std::fs::read(&stored[0]).unwrap(), PNG);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_text_only_model_gets_a_vision_models_description() {
+    let llm = LlmStandIn::start(echo()).await;
+    let config = config_with_llm(
+        &llm.url,
+        &format!(
+            "{WEBHOOK}[media]\nvision_model = \"seer/eye\"\n\
+             [providers.seer]\nkind = \"openai\"\nbase_url = \"{}\"\nvision = true\n",
+            llm.url
+        ),
+    );
+    let work = Workdir::new(&config);
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    let inline = base64::engine::general_purpose::STANDARD.encode(PNG);
+    let body = send(
+        &hook,
+        "d",
+        "m1",
+        "what is this?",
+        json!([{"content": inline, "name": "pic.png", "mime": "image/png"}]),
+    )
+    .await;
+    let reply = answer(&body);
+    assert!(
+        reply.contains("A vision model describes it:] A single red pixel"),
+        "{reply}"
+    );
+    assert!(reply.ends_with("what is this?"), "{reply}");
+    let requests = llm.requests();
+    let described = requests
+        .iter()
+        .find(|r| r.model() == "eye")
+        .expect("the vision model was asked");
+    assert!(user_content(described).to_string().contains("image_url"));
+    let main = requests.iter().find(|r| r.model() == "test-model").unwrap();
+    assert!(
+        user_content(main).is_string(),
+        "the text-only model gets text only"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pdf_gives_a_text_excerpt_and_a_50_mb_file_is_refused_clearly() {
+    let files = FileHost::start().await;
+    let llm = LlmStandIn::start(echo()).await;
+    let work = Workdir::new(&config_with_llm(&llm.url, WEBHOOK));
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    let body = send(
+        &hook,
+        "p",
+        "m1",
+        "summarise",
+        json!([{"url": format!("{}/report.pdf", files.url)}]),
+    )
+    .await;
+    let reply = answer(&body);
+    assert!(
+        reply.contains("saved at inbox/report.pdf (application/pdf"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains("Quarterly revenue grew by twelve percent"),
+        "{reply}"
+    );
+
+    let before = llm.count();
+    let body = send(
+        &hook,
+        "p",
+        "m2",
+        "and this",
+        json!([{"url": format!("{}/huge.bin", files.url), "name": "huge.bin"}]),
+    )
+    .await;
+    assert_eq!(body["replies"][0]["kind"], "error", "{body}");
+    assert!(
+        answer(&body).contains("The file huge.bin is too large: the limit is 20 MB"),
+        "{body}"
+    );
+    assert_eq!(llm.count(), before, "no model call for a refused file");
+    // The session goes on.
+    let body = send(&hook, "p", "m3", "still there?", json!([])).await;
+    assert_eq!(answer(&body), "model read: still there?");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_voice_note_is_transcribed_and_answered_and_a_failed_transcription_is_said_plainly() {
+    let files = FileHost::start().await;
+    let llm = LlmStandIn::start(echo()).await;
+    let voice = base64::engine::general_purpose::STANDARD.encode(b"OggS fake opus");
+    for (base, conversation) in [
+        (format!("{}/v1", files.url), "ok"),
+        (format!("{}/broken", files.url), "bad"),
+    ] {
+        let work = Workdir::new(&config_with_llm(
+            &llm.url,
+            &format!("{WEBHOOK}[transcription]\nbase_url = \"{base}\"\nmodel = \"whisper-test\"\n"),
+        ));
+        let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+        let hook = Hook::new(&service, SECRET);
+        let before = llm.count();
+        let body = send(
+            &hook,
+            conversation,
+            "m1",
+            "",
+            json!([{"content": voice, "kind": "voice", "name": "note.ogg", "mime": "audio/ogg"}]),
+        )
+        .await;
+        let reply = answer(&body);
+        if conversation == "ok" {
+            assert!(
+                reply.contains("Transcript of the user's voice note")
+                    && reply.contains("please book a table for two at eight"),
+                "{reply}"
+            );
+            let seen = files.transcriptions();
+            assert_eq!(seen.len(), 1);
+            assert_eq!(seen[0].model, "whisper-test");
+            assert_eq!(seen[0].file_name, "note.ogg");
+            assert_eq!(seen[0].bytes, 14);
+        } else {
+            assert_eq!(body["replies"][0]["kind"], "error", "{body}");
+            assert!(
+                reply.starts_with("I could not transcribe your voice note: the transcription service answered HTTP 500"),
+                "{reply}"
+            );
+            assert_eq!(
+                llm.count(),
+                before,
+                "never sent to the model as \"[voice]\""
+            );
+        }
+    }
+}
