@@ -200,6 +200,21 @@ fn messages(rows: StoreResult<Vec<OutboxEntry>>) -> Result<Vec<OutboundMessage>,
 
 #[async_trait]
 impl MessageLog for OutboxLog {
+    async fn message(
+        &self,
+        channel: &str,
+        seq: i64,
+    ) -> Result<Option<OutboundMessage>, LogUnavailable> {
+        let entry = self
+            .store
+            .outbox_get(seq)
+            .await
+            .map_err(|e| LogUnavailable(e.to_string()))?;
+        Ok(entry
+            .map(|e| e.message)
+            .filter(|m| m.route.channel == channel))
+    }
+
     async fn conversation(
         &self,
         channel: &str,

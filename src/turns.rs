@@ -128,6 +128,7 @@ impl TurnHandler {
                     text,
                     in_reply_to: in_reply_to.clone(),
                     edit_of: None,
+                    file: None,
                 })
                 .collect(),
             tokens_in: output.tokens_in,
@@ -251,6 +252,7 @@ impl TurnHandler {
                     text,
                     in_reply_to: Some(entry.message.platform_message_id.clone()),
                     edit_of: None,
+                    file: None,
                 })
                 .collect(),
             tokens_in: 0,

@@ -187,6 +187,7 @@ impl PlanTracker {
             text,
             in_reply_to: self.in_reply_to.clone(),
             edit_of,
+            file: None,
         };
         crate::outbox::post(&*self.store, &self.outbox, &self.session_key, message).await
     }

@@ -200,6 +200,8 @@ pub trait OutboxStore: Send + Sync {
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
     /// The highest outbox id of a channel (0 when it has none).
     async fn outbox_last_id(&self, channel: &str) -> StoreResult<i64>;
+    /// One outbox row by id.
+    async fn outbox_get(&self, id: i64) -> StoreResult<Option<OutboxEntry>>;
     /// Undelivered messages of every channel, oldest first.
     async fn outbox_backlog(&self, limit: i64) -> StoreResult<Vec<OutboxEntry>>;
     /// How many messages wait for delivery, per channel.

@@ -72,6 +72,11 @@ macro_rules! impl_store {
                         in_reply_to: row.try_get("in_reply_to")?,
                         edit_of: row.try_get("edit_of")?,
                         edit_platform_id: row.try_get("edit_platform_id")?,
+                        file: row
+                            .try_get::<Option<String>, _>("file")?
+                            .map(|f| serde_json::from_str(&f))
+                            .transpose()
+                            .map_err(|e| $crate::storage::StoreError::Corrupt(format!("outbox file: {e}")))?,
                     },
                     session_key: row.try_get("session_key")?,
                     state: $crate::storage::states::parse_stored("outbox state", &row.try_get::<String, _>("state")?, $crate::storage::OutboxState::parse)?,
@@ -165,7 +170,7 @@ macro_rules! impl_store {
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
-                     in_reply_to, edit_of, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) RETURNING id",
+                     in_reply_to, edit_of, created_at, file) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) RETURNING id",
                 )
                 .bind(session_key)
                 .bind(&message.route.channel)
@@ -177,6 +182,7 @@ macro_rules! impl_store {
                 .bind(&message.in_reply_to)
                 .bind(message.edit_of)
                 .bind(now_ms)
+                .bind(message.file.as_ref().map(|f| serde_json::to_string(f).expect("files serialise")))
                 .fetch_one(executor)
                 .await?;
                 Ok(id)
@@ -625,6 +631,14 @@ macro_rules! impl_store {
                 )
                 .fetch_all(&self.read)
                 .await?)
+            }
+
+            async fn outbox_get(&self, id: i64) -> $crate::storage::StoreResult<Option<$crate::storage::OutboxEntry>> {
+                let row = sqlx::query(concat!($crate::storage::shared_sql::outbox_select!(), "WHERE o.id = $1"))
+                    .bind(id)
+                    .fetch_optional(&self.read)
+                    .await?;
+                row.as_ref().map(Self::decode_outbox).transpose()
             }
 
             async fn outbox_last_id(&self, channel: &str) -> $crate::storage::StoreResult<i64> {

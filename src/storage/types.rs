@@ -75,6 +75,8 @@ pub struct NewOutbound {
     pub text: String,
     pub in_reply_to: Option<String>,
     pub edit_of: Option<i64>,
+    /// A file to send with `text` as its caption.
+    pub file: Option<ferroclaw_channel_core::OutboundFile>,
 }
 
 /// Everything one turn writes, committed in one transaction.

@@ -460,6 +460,7 @@ impl Registry {
             text,
             in_reply_to: scope.origin_message.clone(),
             edit_of,
+            file: None,
         };
         crate::outbox::post(&*self.store, &self.outbox, &scope.parent_session, message).await
     }

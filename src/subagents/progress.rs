@@ -67,6 +67,7 @@ impl RunProgress {
             text,
             in_reply_to: self.scope.origin_message.clone(),
             edit_of: Some(id),
+            file: None,
         };
         if let Err(e) =
             crate::outbox::post(&*self.store, &self.outbox, &self.scope.parent_session, edit).await

@@ -373,6 +373,7 @@ pub(crate) async fn finish(
         text: texts::announcement(row.label, state, &result),
         in_reply_to: row.origin_message.map(str::to_string),
         edit_of: None,
+        file: None,
     });
     let status_edit = row.status_message.map(|id| NewOutbound {
         route: route.clone(),
@@ -380,6 +381,7 @@ pub(crate) async fn finish(
         text: texts::status(row.label, state.word()),
         in_reply_to: row.origin_message.map(str::to_string),
         edit_of: Some(id),
+        file: None,
     });
     // Only a user-facing session (not another subagent) gets a turn for the outcome.
     let parent_message = (row.depth <= 1 && !row.to_waiter).then(|| {

@@ -32,6 +32,7 @@ impl Tool for MessageTool {
             text,
             in_reply_to: cx.in_reply_to.clone(),
             edit_of: None,
+            file: None,
         };
         crate::outbox::post(&*cx.store, &cx.outbox, &cx.session_key, message)
             .await

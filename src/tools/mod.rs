@@ -11,6 +11,7 @@ mod files;
 mod message;
 mod plan_tool;
 mod schedule_tool;
+mod send_file;
 mod skill_tool;
 mod subagent_tools;
 mod team_tools;
@@ -22,6 +23,7 @@ pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::{PlanAndExecute, PlanTool};
 pub use schedule_tool::{ScheduleTool, job_json};
+pub use send_file::SendFile;
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
 pub use team_tools::{TeamMessageTool, TeamTasks};
@@ -123,6 +125,7 @@ pub const NAMES: &[&str] = &[
     "team_tasks",
     "team_message",
     "schedule",
+    "send_file",
 ];
 
 pub struct ToolRegistry {
@@ -180,6 +183,7 @@ impl ToolRegistry {
             Arc::new(TeamTasks),
             Arc::new(TeamMessageTool),
             Arc::new(ScheduleTool),
+            Arc::new(SendFile),
         ])
     }
 

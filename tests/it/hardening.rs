@@ -475,6 +475,7 @@ impl DownReceiver {
                     text: text.to_string(),
                     in_reply_to: None,
                     edit_of: None,
+                    file: None,
                 })
                 .collect();
             store

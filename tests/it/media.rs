@@ -251,3 +251,145 @@ async fn a_voice_note_is_transcribed_and_answered_and_a_failed_transcription_is_
         }
     }
 }
+
+/// Sends the stored photo back when it sees one, then says it is done.
+fn send_back() -> impl Fn(&Value, usize) -> Behaviour {
+    |body, _| {
+        let results = crate::common::llm::fresh_results(body);
+        if results.is_empty() {
+            return Behaviour::tool(
+                "send_file",
+                json!({"path": "inbox/photo.jpg", "caption": "here it is back"}),
+            );
+        }
+        Behaviour::reply(format!("done: {}", results[0]))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_telegram_photo_reaches_the_model_and_send_file_arrives_once_as_a_photo_with_its_caption()
+{
+    use crate::common::telegram::{TOKEN, TelegramStandIn};
+    let llm = LlmStandIn::start(send_back()).await;
+    let tg = TelegramStandIn::start().await;
+    tg.add_file("ph-big", "photos/file_7.jpg", PNG);
+    let config = config_with_llm(
+        &llm.url,
+        &format!(
+            "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n",
+            tg.url
+        ),
+    )
+    .replace("kind = \"openai\"\n", "kind = \"openai\"\nvision = true\n");
+    let work = Workdir::new(&config);
+    let _service = Service::start(&work, &[("FC_TG_TOKEN", TOKEN)]).await;
+    // A photo (two sizes) with a caption.
+    tg.push_message(json!({"message_id": 5, "date": 1700000000,
+        "chat": {"id": 7, "type": "private", "first_name": "U"},
+        "from": {"id": 7, "is_bot": false, "first_name": "User7"},
+        "caption": "what is this?",
+        "photo": [
+            {"file_id": "ph-small", "file_unique_id": "s", "width": 10, "height": 10, "file_size": 10},
+            {"file_id": "ph-big", "file_unique_id": "b", "width": 100, "height": 100, "file_size": PNG.len()}
+        ]}));
+    crate::common::wait_for("the answer", std::time::Duration::from_secs(20), || async {
+        tg.texts(7)
+            .iter()
+            .any(|t| t.starts_with("done: sent photo.jpg"))
+            .then_some(())
+    })
+    .await;
+    // The largest size was fetched through getFile and the file URL, and shown to the model.
+    assert_eq!(tg.calls("getFile").len(), 1);
+    assert_eq!(tg.calls("getFile")[0].params["file_id"], "ph-big");
+    let first = llm.requests().into_iter().next().unwrap();
+    let parts = user_content(&first);
+    assert!(
+        parts[0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("what is this?"),
+        "{parts}"
+    );
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        format!(
+            "data:image/jpeg;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(PNG)
+        )
+    );
+    // Sent back once, natively, with its caption.
+    let photos = tg.calls("sendPhoto");
+    assert_eq!(photos.len(), 1, "{photos:?}");
+    assert_eq!(photos[0].params["caption"], "here it is back");
+    assert_eq!(photos[0].params["chat_id"], "7");
+    assert!(tg.calls("sendDocument").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_file_is_a_download_that_needs_the_bearer_and_a_path_outside_is_refused() {
+    let llm = LlmStandIn::start(|body, _| {
+        let results = crate::common::llm::fresh_results(body);
+        let user = last_user(body);
+        match (results.len(), user.as_str()) {
+            (0, u) if u.ends_with("escape") => {
+                Behaviour::tool("send_file", json!({"path": "../../etc/passwd"}))
+            }
+            (0, _) => Behaviour::tool(
+                "send_file",
+                json!({"path": "inbox/photo.png", "caption": "yours"}),
+            ),
+            (_, _) => Behaviour::reply(format!("tool said: {}", results[0])),
+        }
+    })
+    .await;
+    let files = FileHost::start().await;
+    let work = Workdir::new(&config_with_llm(&llm.url, WEBHOOK));
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    send(
+        &hook,
+        "w",
+        "m1",
+        "keep it",
+        json!([{"url": format!("{}/photo.png", files.url)}]),
+    )
+    .await;
+    let listed = hook.list("w", 0).await;
+    let with_file: Vec<&Value> = listed.iter().filter(|m| !m["file"].is_null()).collect();
+    assert_eq!(with_file.len(), 1, "{listed:?}");
+    let file = &with_file[0]["file"];
+    assert_eq!(with_file[0]["text"], "yours");
+    assert_eq!(file["name"], "photo.png");
+    assert_eq!(file["mime"], "image/png");
+    assert_eq!(file["size"], PNG.len());
+    let url = format!("{}{}", service.base, file["download"].as_str().unwrap());
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
+    assert_eq!(
+        client
+            .get(&url)
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let got = client.get(&url).bearer_auth(SECRET).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.headers()["content-type"], "image/png");
+    assert_eq!(got.bytes().await.unwrap().as_ref(), PNG);
+
+    let body = send(&hook, "w", "m2", "escape", json!([])).await;
+    assert!(answer(&body).contains("tool said: Error:"), "{body}");
+    assert_eq!(
+        hook.list("w", 0)
+            .await
+            .iter()
+            .filter(|m| !m["file"].is_null())
+            .count(),
+        1,
+        "nothing outside the workspace is sent"
+    );
+}

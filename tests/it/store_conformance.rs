@@ -40,6 +40,8 @@ fn out(route: &ChatRoute, text: &str) -> NewOutbound {
         in_reply_to: None,
 
         edit_of: None,
+
+        file: None,
     }
 }
 
@@ -281,6 +283,7 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .unwrap();
     let edit = NewOutbound {
         edit_of: Some(ids[0]),
+        file: None,
         ..out(&r1, "one (edited)")
     };
     let edit_id = store

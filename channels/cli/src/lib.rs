@@ -181,6 +181,7 @@ mod tests {
             in_reply_to: Some(in_reply_to.into()),
             edit_of: None,
             edit_platform_id: None,
+            file: None,
         }
     }
 

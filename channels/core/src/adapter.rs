@@ -130,6 +130,14 @@ pub trait MessageLog: Send + Sync {
     async fn session_usage(&self, _session_key: &str) -> Result<(i64, i64), LogUnavailable> {
         Ok((0, 0))
     }
+    /// One bot message of a channel by its seq (a file's download).
+    async fn message(
+        &self,
+        _channel: &str,
+        _seq: i64,
+    ) -> Result<Option<OutboundMessage>, LogUnavailable> {
+        Ok(None)
+    }
     /// Wakes when new bot messages may exist (a hint: readers re-query after it).
     fn subscribe(&self) -> broadcast::Receiver<String>;
 }

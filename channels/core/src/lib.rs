@@ -24,8 +24,8 @@ pub use adapter::{
 pub use command::ChatCommand;
 pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, SharedLiveReply};
 pub use message::{
-    Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundKind, OutboundMessage,
-    Sender,
+    Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundFile, OutboundKind,
+    OutboundMessage, Sender,
 };
 pub use route::{ChatKind, ChatRoute};
 pub use split::{SentPieces, split};

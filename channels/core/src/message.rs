@@ -120,4 +120,24 @@ pub struct OutboundMessage {
     pub edit_of: Option<i64>,
     /// The platform id of the edited message, once known (for platforms that edit by id).
     pub edit_platform_id: Option<String>,
+    /// A file to send, with `text` as its caption (`send_file`).
+    pub file: Option<OutboundFile>,
+}
+
+/// A file a bot message carries: a path on this host, its name and type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboundFile {
+    pub path: String,
+    pub name: String,
+    pub mime: String,
+}
+
+impl OutboundFile {
+    /// Images go as photos, voice as voice notes, everything else as a document.
+    pub fn is_image(&self) -> bool {
+        matches!(
+            self.mime.as_str(),
+            "image/jpeg" | "image/png" | "image/webp" | "image/gif"
+        )
+    }
 }

@@ -5,15 +5,15 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatRoute, Delivered, DeliveryError, LiveReplies, LiveUpdate, OutboundKind,
-    OutboundMessage, SentPieces, SharedLiveReply,
+    Channel, ChatRoute, Delivered, DeliveryError, FetchError, LiveReplies, LiveUpdate,
+    OutboundFile, OutboundKind, OutboundMessage, SentPieces, SharedLiveReply,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
 use teloxide::RequestError;
 use teloxide::prelude::*;
-use teloxide::types::{ChatAction, MessageId, ParseMode, ThreadId};
+use teloxide::types::{ChatAction, InputFile, MessageId, ParseMode, ThreadId};
 use teloxide::{ApiError, Bot};
 
 pub struct TelegramChannel {
@@ -151,6 +151,57 @@ impl TelegramChannel {
         Ok(sent)
     }
 
+    /// A file, natively: images as photos, OGG audio as a voice note, anything else as a
+    /// document; the text is its caption (Telegram keeps 1024 characters of it).
+    async fn send_file(
+        &self,
+        message: &OutboundMessage,
+        file: &OutboundFile,
+    ) -> Result<Delivered, DeliveryError> {
+        let chat_id = chat(&message.route)?;
+        if !std::path::Path::new(&file.path).is_file() {
+            return Err(DeliveryError::Rejected(format!(
+                "the file {} no longer exists",
+                file.name
+            )));
+        }
+        let input = InputFile::file(&file.path).file_name(file.name.clone());
+        let caption: String = message.text.chars().take(1024).collect();
+        let thread = thread(&message.route);
+        let sent = if file.is_image() {
+            let mut request = self.bot.send_photo(chat_id, input);
+            if !caption.is_empty() {
+                request = request.caption(caption);
+            }
+            if let Some(t) = thread {
+                request = request.message_thread_id(t);
+            }
+            request.await
+        } else if file.mime == "audio/ogg" {
+            let mut request = self.bot.send_voice(chat_id, input);
+            if !caption.is_empty() {
+                request = request.caption(caption);
+            }
+            if let Some(t) = thread {
+                request = request.message_thread_id(t);
+            }
+            request.await
+        } else {
+            let mut request = self.bot.send_document(chat_id, input);
+            if !caption.is_empty() {
+                request = request.caption(caption);
+            }
+            if let Some(t) = thread {
+                request = request.message_thread_id(t);
+            }
+            request.await
+        };
+        let sent = sent.map_err(|e| self.failure(e))?;
+        Ok(Delivered {
+            platform_message_id: Some(sent.id.0.to_string()),
+        })
+    }
+
     fn take_stream(&self, route: &ChatRoute, in_reply_to: &str) -> Option<SharedLiveReply> {
         self.streams
             .take(&(route.chat_id.clone(), in_reply_to.to_string()))
@@ -168,6 +219,9 @@ impl Channel for TelegramChannel {
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        if let Some(file) = &message.file {
+            return self.send_file(message, file).await;
+        }
         let chat_id = chat(&message.route)?;
         let pieces = format::split(&message.text, format::LIMIT);
         if pieces.is_empty() {
@@ -213,6 +267,30 @@ impl Channel for TelegramChannel {
         Ok(Delivered {
             platform_message_id: sent.first().map(|id| id.0.to_string()),
         })
+    }
+
+    async fn fetch_file(&self, id: &str, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+        use futures::StreamExt;
+        use teloxide::net::Download;
+        let failed = |e: String| FetchError::Failed(self.redact(e));
+        let file = self
+            .bot
+            .get_file(teloxide::types::FileId(id.to_string()))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if u64::from(file.meta.size) > max_bytes {
+            return Err(FetchError::TooLarge { limit: max_bytes });
+        }
+        let mut stream = self.bot.download_file_stream(&file.path);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| failed(e.to_string()))?;
+            if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                return Err(FetchError::TooLarge { limit: max_bytes });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
     async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {

@@ -1,7 +1,9 @@
 //! teloxide `Message` → ferroclaw's [`InboundMessage`]. Pure functions, tested on real
 //! Bot API payloads; the only place that reads Telegram message fields.
 
-use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, Sender};
+use ferroclaw_channel_core::{
+    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage, Sender,
+};
 use teloxide::types::{Me, Message, MessageEntityKind, Update, UpdateKind};
 
 /// The channel name in routes and session keys.
@@ -15,9 +17,68 @@ pub fn message(update: &Update) -> Option<&Message> {
     }
 }
 
-/// Normalise a Telegram message. None for messages without text, or sent by bots.
+/// The files of a message: the largest size of a photo, a document, a voice note, audio.
+fn attachments(message: &Message) -> Vec<Attachment> {
+    let file =
+        |kind, name: String, mime: Option<String>, meta: &teloxide::types::FileMeta| Attachment {
+            kind,
+            name,
+            mime,
+            size: Some(u64::from(meta.size)),
+            source: AttachmentSource::Platform {
+                id: meta.id.0.clone(),
+            },
+        };
+    let mut out = Vec::new();
+    if let Some(largest) = message
+        .photo()
+        .and_then(|sizes| sizes.iter().max_by_key(|p| p.width * p.height))
+    {
+        out.push(file(
+            AttachmentKind::Image,
+            "photo.jpg".into(),
+            Some("image/jpeg".into()),
+            &largest.file,
+        ));
+    }
+    if let Some(doc) = message.document() {
+        let mime = doc.mime_type.as_ref().map(ToString::to_string);
+        let kind = if mime.as_deref().is_some_and(|m| m.starts_with("image/")) {
+            AttachmentKind::Image
+        } else {
+            AttachmentKind::Document
+        };
+        let name = doc.file_name.clone().unwrap_or_else(|| "document".into());
+        out.push(file(kind, name, mime, &doc.file));
+    }
+    if let Some(voice) = message.voice() {
+        let mime = voice.mime_type.as_ref().map(ToString::to_string);
+        out.push(file(
+            AttachmentKind::Voice,
+            "voice.ogg".into(),
+            mime,
+            &voice.file,
+        ));
+    }
+    if let Some(audio) = message.audio() {
+        let mime = audio.mime_type.as_ref().map(ToString::to_string);
+        let name = audio
+            .file_name
+            .clone()
+            .unwrap_or_else(|| "audio.mp3".into());
+        out.push(file(AttachmentKind::Audio, name, mime, &audio.file));
+    }
+    out
+}
+
+/// Normalise a Telegram message. None for messages without text or files, or sent by bots.
 pub fn inbound(message: &Message, me: &Me) -> Option<InboundMessage> {
-    let text = message.text().or(message.caption())?;
+    let attachments = attachments(message);
+    let text = match message.text().or(message.caption()) {
+        Some(text) => text,
+        None if !attachments.is_empty() => "",
+        None => return None,
+    };
     let from = message.from.as_ref()?;
     if from.is_bot {
         return None;
@@ -77,7 +138,7 @@ pub fn inbound(message: &Message, me: &Me) -> Option<InboundMessage> {
         mentioned,
         reply_to: message.reply_to_message().map(|r| r.id.0.to_string()),
         internal: false,
-        attachments: Vec::new(),
+        attachments,
     })
 }
 

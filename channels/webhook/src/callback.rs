@@ -39,6 +39,17 @@ pub(crate) fn payload(message: &OutboundMessage, with_seq: bool) -> Value {
     if with_seq {
         value["seq"] = json!(message.id);
     }
+    if let Some(file) = &message.file {
+        // Downloaded with the endpoint's bearer: GET <server>/v1/webhooks/<name>/files/<id>.
+        let webhook = message
+            .route
+            .channel
+            .strip_prefix("webhook:")
+            .unwrap_or_default();
+        let size = std::fs::metadata(&file.path).map(|m| m.len()).ok();
+        value["file"] = json!({"name": file.name, "mime": file.mime, "size": size,
+            "download": format!("/v1/webhooks/{webhook}/files/{}", message.id)});
+    }
     value
 }
 

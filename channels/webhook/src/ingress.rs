@@ -46,6 +46,7 @@ pub fn router(
             get(list_messages),
         )
         .route("/v1/webhooks/{name}/events", get(crate::events::events))
+        .route("/v1/webhooks/{name}/files/{id}", get(download_file))
         .with_state(state)
 }
 
@@ -340,6 +341,37 @@ async fn list_messages(
         .map(|m| crate::callback::payload(m, true))
         .collect();
     Ok(axum::Json(json!({"messages": list})).into_response())
+}
+
+/// A file a bot message carries (`send_file`), for the endpoint's bearer only.
+async fn download_file(
+    State(state): State<Arc<AppState>>,
+    Path((name, id)): Path<(String, i64)>,
+    headers: HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    let endpoint = state.endpoint(&name)?;
+    check_bearer(&headers, &endpoint.secret)?;
+    let not_found = || err(StatusCode::NOT_FOUND, "no such file");
+    let message = state
+        .log
+        .message(&crate::channel_name(&name), id)
+        .await
+        .map_err(|e| unavailable(&name, "files", e))?
+        .ok_or_else(not_found)?;
+    let file = message.file.ok_or_else(not_found)?;
+    let bytes = tokio::fs::read(&file.path).await.map_err(|_| not_found())?;
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        file.name.replace(['"', '\\', '\r', '\n'], "_")
+    );
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, file.mime),
+            (axum::http::header::CONTENT_DISPOSITION, disposition),
+        ],
+        bytes,
+    )
+        .into_response())
 }
 
 pub(crate) fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {

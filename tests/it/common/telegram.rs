@@ -45,6 +45,8 @@ struct Inner {
     reject_html: AtomicBool,
     edit_retry_after: Mutex<VecDeque<u64>>,
     wrong_token: Mutex<Vec<String>>,
+    /// file id → (file path, bytes), for `getFile` and `/file/bot<TOKEN>/<path>`.
+    files: Mutex<HashMap<String, (String, Vec<u8>)>>,
 }
 
 impl TelegramStandIn {
@@ -71,6 +73,15 @@ impl TelegramStandIn {
             .push(json!({"update_id": id, "message": message}));
         self.inner.new_update.notify_waiters();
         id
+    }
+
+    /// A file the bot can fetch with `getFile` and download.
+    pub fn add_file(&self, id: &str, path: &str, bytes: &[u8]) {
+        self.inner
+            .files
+            .lock()
+            .unwrap()
+            .insert(id.to_string(), (path.to_string(), bytes.to_vec()));
     }
 
     pub fn reject_html(&self, on: bool) {
@@ -189,6 +200,17 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // A file download: `/file/bot<TOKEN>/<file path>`.
+    if let Some(rest) = path.strip_prefix("file/") {
+        let Some(file_path) = rest.strip_prefix(&format!("bot{TOKEN}/")) else {
+            return fail(401, "Unauthorized", None);
+        };
+        let files = inner.files.lock().unwrap();
+        return match files.values().find(|(p, _)| p == file_path) {
+            Some((_, bytes)) => bytes.clone().into_response(),
+            None => fail(404, "Not Found", None),
+        };
+    }
     let (bot, method) = path.rsplit_once('/').unwrap_or(("", &path));
     if bot != format!("bot{TOKEN}") {
         inner.wrong_token.lock().unwrap().push(bot.to_string());
@@ -227,6 +249,28 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
             ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}))
         }
         "deletewebhook" | "setwebhook" | "setmycommands" | "sendchataction" => ok(json!(true)),
+        "getfile" => {
+            let id = params["file_id"].as_str().unwrap_or_default();
+            match inner.files.lock().unwrap().get(id) {
+                Some((path, bytes)) => {
+                    ok(json!({"file_id": id, "file_unique_id": format!("u-{id}"),
+                    "file_size": bytes.len(), "file_path": path}))
+                }
+                None => fail(400, "Bad Request: invalid file_id", None),
+            }
+        }
+        "sendphoto" | "senddocument" | "sendvoice" => {
+            let id = inner.next_message.fetch_add(1, Ordering::SeqCst);
+            let chat = params["chat_id"]
+                .as_i64()
+                .or_else(|| params["chat_id"].as_str().and_then(|c| c.parse().ok()))
+                .unwrap_or_default();
+            let caption = params["caption"].as_str().unwrap_or_default();
+            let mut m = message(id, chat, "", params.get("message_thread_id"));
+            m.as_object_mut().unwrap().remove("text");
+            m["caption"] = json!(caption);
+            ok(m)
+        }
         "getupdates" => {
             let offset = params["offset"].as_i64().unwrap_or(0);
             let timeout = params["timeout"].as_u64().unwrap_or(0);
