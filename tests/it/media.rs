@@ -393,3 +393,67 @@ async fn a_webhook_file_is_a_download_that_needs_the_bearer_and_a_path_outside_i
         "nothing outside the workspace is sent"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_discord_attachment_reaches_the_model_and_send_file_goes_back_as_an_attachment() {
+    use crate::common::discord::{DM_CHANNEL, DiscordStandIn, TOKEN};
+    let files = FileHost::start().await;
+    let llm = LlmStandIn::start(|body, _| {
+        let results = crate::common::llm::fresh_results(body);
+        if results.is_empty() {
+            return Behaviour::tool(
+                "send_file",
+                json!({"path": "inbox/chart.png", "caption": "your chart"}),
+            );
+        }
+        Behaviour::reply(format!("done: {}", results[0]))
+    })
+    .await;
+    let dc = DiscordStandIn::start().await;
+    let config = config_with_llm(
+        &llm.url,
+        &format!(
+            "[channels.discord]\nenabled = true\ntoken_env = \"FC_DC_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n",
+            dc.url
+        ),
+    )
+    .replace("kind = \"openai\"\n", "kind = \"openai\"\nvision = true\n");
+    let work = Workdir::new(&config);
+    let _service = Service::start(&work, &[("FC_DC_TOKEN", TOKEN)]).await;
+    // A DM with an image attachment and no text.
+    dc.message_with(
+        DM_CHANNEL,
+        None,
+        42,
+        900,
+        "",
+        json!({"attachments": [{"id": "77", "filename": "chart.png", "size": PNG.len(),
+            "url": format!("{}/photo.png", files.url), "proxy_url": format!("{}/photo.png", files.url),
+            "content_type": "image/png"}]}),
+    );
+    crate::common::wait_for("the answer", std::time::Duration::from_secs(20), || async {
+        dc.texts(DM_CHANNEL)
+            .iter()
+            .any(|t| t.starts_with("done: sent chart.png"))
+            .then_some(())
+    })
+    .await;
+    let first = llm.requests().into_iter().next().unwrap();
+    let parts = user_content(&first);
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(PNG)
+        ),
+        "{parts}"
+    );
+    let uploads: Vec<_> = dc
+        .calls_to("POST", &format!("channels/{DM_CHANNEL}/messages"))
+        .into_iter()
+        .filter(|c| !c.body["_files"].is_null())
+        .collect();
+    assert_eq!(uploads.len(), 1, "sent once, as an attachment");
+    assert_eq!(uploads[0].body["_files"], json!(["chart.png"]));
+    assert_eq!(uploads[0].body["content"], "your chart");
+}

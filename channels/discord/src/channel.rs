@@ -213,6 +213,23 @@ impl Channel for DiscordChannel {
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        if let Some(file) = &message.file {
+            let target = self.target(&message.route).await?;
+            let attachment = serenity::builder::CreateAttachment::path(&file.path)
+                .await
+                .map_err(|e| {
+                    DeliveryError::Rejected(format!("the file {} cannot be read: {e}", file.name))
+                })?;
+            let caption: String = message.text.chars().take(LIMIT).collect();
+            let create = CreateMessage::new().content(caption).add_file(attachment);
+            let sent = target
+                .send_message(&self.http, create)
+                .await
+                .map_err(|e| failure(e, &self.token))?;
+            return Ok(Delivered {
+                platform_message_id: Some(sent.id.to_string()),
+            });
+        }
         let pieces = split(&message.text, LIMIT);
         if pieces.is_empty() {
             return Ok(Delivered::default());

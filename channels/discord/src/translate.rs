@@ -1,7 +1,9 @@
 //! serenity messages and slash commands → ferroclaw's [`InboundMessage`]. Pure functions; the
 //! only place that reads Discord message fields.
 
-use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, Sender};
+use ferroclaw_channel_core::{
+    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage, Sender,
+};
 use serenity::model::application::{CommandDataOptionValue, CommandInteraction};
 use serenity::model::channel::{ChannelType, Message, PartialChannel};
 use serenity::model::id::UserId;
@@ -54,8 +56,32 @@ fn display_name(user: &serenity::model::user::User) -> String {
         .unwrap_or_else(|| user.name.clone())
 }
 
-/// Normalise a message. None for messages from bots (ourselves included) and messages with no
-/// text (attachments only, or content withheld without the MESSAGE_CONTENT intent).
+/// A message's attachments, fetched later from their CDN URLs.
+fn attachments(message: &Message) -> Vec<Attachment> {
+    message
+        .attachments
+        .iter()
+        .map(|a| {
+            let mime = a.content_type.clone();
+            let kind = match mime.as_deref() {
+                _ if a.duration_secs.is_some() => AttachmentKind::Voice,
+                Some(m) if m.starts_with("image/") => AttachmentKind::Image,
+                Some(m) if m.starts_with("audio/") => AttachmentKind::Audio,
+                _ => AttachmentKind::Document,
+            };
+            Attachment {
+                kind,
+                name: a.filename.clone(),
+                mime,
+                size: Some(u64::from(a.size)),
+                source: AttachmentSource::Url { url: a.url.clone() },
+            }
+        })
+        .collect()
+}
+
+/// Normalise a message. None for messages from bots (ourselves included) and messages with
+/// neither text nor files (content withheld without the MESSAGE_CONTENT intent).
 pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMessage> {
     if message.author.bot || message.author.id == me {
         return None;
@@ -77,7 +103,8 @@ pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMes
         .trim_start_matches([',', ':'])
         .trim()
         .to_string();
-    if text.is_empty() {
+    let attachments = attachments(message);
+    if text.is_empty() && attachments.is_empty() {
         return None;
     }
     Some(InboundMessage {
@@ -95,7 +122,7 @@ pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMes
             .and_then(|r| r.message_id)
             .map(|id| id.to_string()),
         internal: false,
-        attachments: Vec::new(),
+        attachments,
     })
 }
 

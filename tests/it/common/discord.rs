@@ -385,14 +385,43 @@ async fn connection(inner: Arc<Inner>, mut socket: WebSocket) {
     }
 }
 
-fn record(inner: &Inner, method: &Method, path: &str, body: &Bytes, status: u16) {
+fn record(inner: &Inner, method: &Method, path: &str, body: &Value, status: u16) {
     inner.calls.lock().unwrap().push(Call {
         method: method.to_string(),
         path: path.to_string(),
-        body: serde_json::from_slice(body).unwrap_or(Value::Null),
+        body: body.clone(),
         at: Instant::now(),
         status,
     });
+}
+
+/// A JSON body, or a multipart one as its `payload_json` with the file names sent under
+/// `_files` (how serenity sends attachments).
+fn request_body(headers: &HeaderMap, body: &Bytes) -> Value {
+    let multipart = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("multipart/"));
+    if !multipart {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    let raw = String::from_utf8_lossy(body);
+    let mut request = Value::Null;
+    let mut files = Vec::new();
+    for part in raw.split("Content-Disposition: form-data; ").skip(1) {
+        let (head, rest) = part.split_once("\r\n\r\n").unwrap_or((part, ""));
+        if head.starts_with("name=\"payload_json\"") {
+            let json = rest.split("\r\n--").next().unwrap_or_default();
+            request = serde_json::from_str(json).unwrap_or(Value::Null);
+        } else if let Some(name) = head.split("filename=\"").nth(1) {
+            files.push(json!(name.split('"').next().unwrap_or_default()));
+        }
+    }
+    if request.is_null() {
+        request = json!({});
+    }
+    request["_files"] = Value::Array(files);
+    request
 }
 
 async fn rest(
@@ -411,7 +440,7 @@ async fn rest(
     let by_interaction = path.contains("/interactions/") || path.contains("/webhooks/");
     if !by_interaction && auth != format!("Bot {TOKEN}") {
         inner.wrong_tokens.lock().unwrap().push(auth);
-        record(&inner, &method, &path, &body, 401);
+        record(&inner, &method, &path, &Value::Null, 401);
         return (
             StatusCode::UNAUTHORIZED,
             axum::Json(json!({"message": "401: Unauthorized", "code": 0})),
@@ -419,7 +448,7 @@ async fn rest(
             .into_response();
     }
     let segments: Vec<&str> = path.trim_start_matches("api/v10/").split('/').collect();
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let request = request_body(&headers, &body);
     let text = request["content"].as_str().unwrap_or_default().to_string();
     let (status, answer): (u16, Value) = match (method.as_str(), segments.as_slice()) {
         ("GET", ["gateway"]) | ("GET", ["gateway", "bot"]) => {
@@ -437,7 +466,7 @@ async fn rest(
         ("POST", ["channels", channel, "messages"]) => {
             let wait = inner.rate_limits.lock().unwrap().pop_front();
             if let Some(wait) = wait {
-                record(&inner, &method, &path, &body, 429);
+                record(&inner, &method, &path, &request, 429);
                 return rate_limited(wait);
             }
             inner.post(channel.parse().unwrap_or(0), &text)
@@ -472,7 +501,7 @@ async fn rest(
         }
         _ => (404, json!({"message": "404: Not Found", "code": 0})),
     };
-    record(&inner, &method, &path, &body, status);
+    record(&inner, &method, &path, &request, status);
     let status = StatusCode::from_u16(status).unwrap();
     if answer.is_null() {
         status.into_response()
