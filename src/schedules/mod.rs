@@ -2,8 +2,8 @@
 //! timezone (`[schedules] timezone`, per-user `user_timezones`), stored with the chat and
 //! thread they came from (`storage::JobStore`).
 //!
-//! Owns parsing a schedule (`croner` for cron, with optional seconds; `chrono-tz` for zones;
-//! `humantime` for "in 20 minutes"), the next run, the job turn's text and its silence
+//! Owns parsing a schedule (`croner` for cron, with optional seconds; `jiff` for zones, from
+//! the system's database or its bundled copy; `humantime` for "in 20 minutes"), the next run, the job turn's text and its silence
 //! sentinel, and the handle tools use to wake the scheduler (`worker.rs` fires due jobs). A
 //! job's turn is an internal journal entry in the job's own session (or the origin session),
 //! answered into the origin chat and thread through the outbox like any turn. Knows the
@@ -15,9 +15,9 @@ pub use worker::Scheduler;
 
 use crate::config::SchedulesConfig;
 use crate::storage::{Job, JobKind};
-use chrono::{DateTime, NaiveDateTime, NaiveTime, TimeZone, Utc};
-use chrono_tz::Tz;
 use ferroclaw_channel_core::InboundMessage;
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp, civil};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -59,9 +59,9 @@ impl ScheduleHandle {
     }
 }
 
-/// An IANA zone by name.
-pub fn zone(name: &str) -> Result<Tz, String> {
-    name.parse::<Tz>()
+/// An IANA zone by name (the system's time zone database, else the bundled one).
+pub fn zone(name: &str) -> Result<TimeZone, String> {
+    TimeZone::get(name)
         .map_err(|_| format!("`{name}` is not a time zone (an IANA name like Europe/Berlin)"))
 }
 
@@ -74,14 +74,14 @@ pub fn cron(expr: &str) -> Result<croner::Cron, String> {
         .map_err(|e| format!("`{expr}` is not a cron expression: {e}"))
 }
 
-/// When a new job first runs: `at` (RFC 3339, `YYYY-MM-DD HH:MM[:SS]` or `HH:MM` in `tz`,
-/// the next such time), `in` ("20 minutes", "1h 30m") or `cron`. Exactly one is given.
+/// When a new job first runs (ms): `at` (RFC 3339, `YYYY-MM-DD HH:MM[:SS]` or `HH:MM` in
+/// `tz`, the next such time), `in` ("20 minutes", "1h 30m") or `cron`. Exactly one is given.
 pub fn first_run(
     at: Option<&str>,
     within: Option<&str>,
     cron_expr: Option<&str>,
-    tz: Tz,
-    now: DateTime<Utc>,
+    tz: &TimeZone,
+    now: Timestamp,
 ) -> Result<(JobKind, String, i64), String> {
     match (at, within, cron_expr) {
         (Some(at), None, None) => {
@@ -89,25 +89,21 @@ pub fn first_run(
             if when <= now {
                 return Err(format!("field `at`: {at} is in the past"));
             }
-            Ok((
-                JobKind::Once,
-                at.trim().to_string(),
-                when.timestamp_millis(),
-            ))
+            Ok((JobKind::Once, at.trim().to_string(), when.as_millisecond()))
         }
         (None, Some(within), None) => {
-            let span = humantime::parse_duration(within.trim().trim_start_matches("in ")).map_err(
-                |e| format!("field `in`: `{within}` is not a duration like \"20 minutes\": {e}"),
-            )?;
-            let span = chrono::Duration::from_std(span).map_err(|e| format!("field `in`: {e}"))?;
-            Ok((
-                JobKind::Once,
-                format!("in {}", within.trim().trim_start_matches("in ")),
-                (now + span).timestamp_millis(),
-            ))
+            let text = within.trim().trim_start_matches("in ");
+            let span = humantime::parse_duration(text).map_err(|e| {
+                format!("field `in`: `{within}` is not a duration like \"20 minutes\": {e}")
+            })?;
+            let span = SignedDuration::try_from(span).map_err(|e| format!("field `in`: {e}"))?;
+            let when = now
+                .checked_add(span)
+                .map_err(|e| format!("field `in`: {e}"))?;
+            Ok((JobKind::Once, format!("in {text}"), when.as_millisecond()))
         }
         (None, None, Some(expr)) => {
-            let next = next_cron(&cron(expr)?, tz, now.timestamp_millis())
+            let next = next_cron(&cron(expr)?, tz, now.as_millisecond())
                 .ok_or_else(|| format!("field `cron`: `{expr}` never runs"))?;
             Ok((JobKind::Cron, expr.trim().to_string(), next))
         }
@@ -115,37 +111,28 @@ pub fn first_run(
     }
 }
 
-fn parse_at(at: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    if let Ok(when) = DateTime::parse_from_rfc3339(at) {
-        return Ok(when.with_timezone(&Utc));
+fn parse_at(at: &str, tz: &TimeZone, now: Timestamp) -> Result<Timestamp, String> {
+    if let Ok(when) = at.parse::<Timestamp>() {
+        return Ok(when);
     }
-    let local = |naive: NaiveDateTime| {
-        tz.from_local_datetime(&naive)
-            .earliest()
-            .map(|t| t.with_timezone(&Utc))
-            .ok_or_else(|| format!("field `at`: {at} does not exist in {tz}"))
+    let local = |civil: civil::DateTime| {
+        tz.to_ambiguous_zoned(civil)
+            .compatible()
+            .map(|z| z.timestamp())
+            .map_err(|e| format!("field `at`: {at}: {e}"))
     };
-    for format in [
-        "%Y-%m-%d %H:%M:%S",
-        "%Y-%m-%d %H:%M",
-        "%Y-%m-%dT%H:%M:%S",
-        "%Y-%m-%dT%H:%M",
-    ] {
-        if let Ok(naive) = NaiveDateTime::parse_from_str(at, format) {
-            return local(naive);
-        }
+    if let Ok(civil) = at.parse::<civil::DateTime>() {
+        return local(civil);
     }
-    for format in ["%H:%M", "%H:%M:%S"] {
-        if let Ok(time) = NaiveTime::parse_from_str(at, format) {
-            // The next such time: today in `tz`, else tomorrow.
-            let today = now.with_timezone(&tz).date_naive();
-            let when = local(today.and_time(time))?;
-            return if when > now {
-                Ok(when)
-            } else {
-                local((today + chrono::Days::new(1)).and_time(time))
-            };
+    if let Ok(time) = at.parse::<civil::Time>() {
+        // The next such time: today in `tz`, else tomorrow.
+        let today = now.to_zoned(tz.clone()).date();
+        let when = local(today.to_datetime(time))?;
+        if when > now {
+            return Ok(when);
         }
+        let tomorrow = today.tomorrow().map_err(|e| e.to_string())?;
+        return local(tomorrow.to_datetime(time));
     }
     Err(format!(
         "field `at`: `{at}` is not a time (2026-12-01 09:00, 09:00, or RFC 3339)"
@@ -153,14 +140,13 @@ fn parse_at(at: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, Strin
 }
 
 /// The first run of a cron job strictly after `after_ms`, in `tz`.
-fn next_cron(cron: &croner::Cron, tz: Tz, after_ms: i64) -> Option<i64> {
-    let after = Utc
-        .timestamp_millis_opt(after_ms)
-        .single()?
-        .with_timezone(&tz);
+fn next_cron(cron: &croner::Cron, tz: &TimeZone, after_ms: i64) -> Option<i64> {
+    let after = Timestamp::from_millisecond(after_ms)
+        .ok()?
+        .to_zoned(tz.clone());
     cron.find_next_occurrence(&after, false)
         .ok()
-        .map(|t| t.timestamp_millis())
+        .map(|t| t.timestamp().as_millisecond())
 }
 
 /// A job's run after `after_ms` (None: a one-shot job is done).
@@ -169,23 +155,18 @@ pub fn next_run(job: &Job, after_ms: i64) -> Option<i64> {
         JobKind::Once => None,
         JobKind::Cron => {
             let tz = zone(&job.timezone).ok()?;
-            next_cron(&cron(&job.spec).ok()?, tz, after_ms)
+            next_cron(&cron(&job.spec).ok()?, &tz, after_ms)
         }
     }
 }
 
 /// A time for people, in the job's zone.
 pub fn show_time(ms: i64, zone_name: &str) -> String {
-    let Some(utc) = Utc.timestamp_millis_opt(ms).single() else {
+    let Ok(at) = Timestamp::from_millisecond(ms) else {
         return ms.to_string();
     };
-    match zone(zone_name) {
-        Ok(tz) => utc
-            .with_timezone(&tz)
-            .format("%Y-%m-%d %H:%M:%S %Z")
-            .to_string(),
-        Err(_) => utc.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-    }
+    let tz = zone(zone_name).unwrap_or(TimeZone::UTC);
+    at.to_zoned(tz).strftime("%Y-%m-%d %H:%M:%S %Z").to_string()
 }
 
 /// The platform message id prefix of job turns.
@@ -252,60 +233,51 @@ pub fn turn_message(job: &Job, due: i64) -> InboundMessage {
 mod tests {
     use super::*;
 
-    fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 12, 1, 8, 30, 0).unwrap()
+    fn now() -> Timestamp {
+        "2026-12-01T08:30:00Z".parse().unwrap()
+    }
+
+    fn at(text: &str) -> i64 {
+        text.parse::<Timestamp>().unwrap().as_millisecond()
     }
 
     #[test]
     fn times_parse_in_the_users_zone() {
         let berlin = zone("Europe/Berlin").unwrap();
         // 09:00 in Berlin is 08:00 UTC: already past today, so tomorrow.
-        let (kind, _, at) = first_run(Some("09:00"), None, None, berlin, now()).unwrap();
+        let (kind, _, when) = first_run(Some("09:00"), None, None, &berlin, now()).unwrap();
         assert_eq!(kind, JobKind::Once);
-        assert_eq!(
-            at,
-            Utc.with_ymd_and_hms(2026, 12, 2, 8, 0, 0)
-                .unwrap()
-                .timestamp_millis()
-        );
-        let (_, _, at) = first_run(Some("2026-12-01 10:15"), None, None, berlin, now()).unwrap();
-        assert_eq!(
-            at,
-            Utc.with_ymd_and_hms(2026, 12, 1, 9, 15, 0)
-                .unwrap()
-                .timestamp_millis()
-        );
-        let (_, spec, at) = first_run(None, Some("in 20 minutes"), None, berlin, now()).unwrap();
+        assert_eq!(when, at("2026-12-02T08:00:00Z"));
+        let (_, _, when) = first_run(Some("2026-12-01 10:15"), None, None, &berlin, now()).unwrap();
+        assert_eq!(when, at("2026-12-01T09:15:00Z"));
+        let (_, spec, when) = first_run(None, Some("in 20 minutes"), None, &berlin, now()).unwrap();
         assert_eq!(spec, "in 20 minutes");
-        assert_eq!(
-            at,
-            (now() + chrono::Duration::minutes(20)).timestamp_millis()
-        );
-        assert!(first_run(Some("yesterday-ish"), None, None, berlin, now()).is_err());
+        assert_eq!(when, at("2026-12-01T08:50:00Z"));
+        assert!(first_run(Some("yesterday-ish"), None, None, &berlin, now()).is_err());
         assert!(
-            first_run(Some("2020-01-01 10:00"), None, None, berlin, now())
+            first_run(Some("2020-01-01 10:00"), None, None, &berlin, now())
                 .unwrap_err()
                 .contains("past")
         );
-        assert!(first_run(None, None, None, berlin, now()).is_err());
+        assert!(first_run(None, None, None, &berlin, now()).is_err());
+        assert!(
+            show_time(at("2026-12-01T09:15:00Z"), "Europe/Berlin")
+                .starts_with("2026-12-01 10:15:00")
+        );
     }
 
     #[test]
     fn cron_runs_follow_the_zone() {
         let berlin = zone("Europe/Berlin").unwrap();
         // Mondays at 09:00 Berlin time; 2026-12-07 is a Monday.
-        let (kind, _, first) = first_run(None, None, Some("0 9 * * 1"), berlin, now()).unwrap();
+        let (kind, _, first) = first_run(None, None, Some("0 9 * * 1"), &berlin, now()).unwrap();
         assert_eq!(kind, JobKind::Cron);
-        assert_eq!(
-            first,
-            Utc.with_ymd_and_hms(2026, 12, 7, 8, 0, 0)
-                .unwrap()
-                .timestamp_millis()
-        );
+        assert_eq!(first, at("2026-12-07T08:00:00Z"));
         // Seconds are allowed (six fields).
-        let (_, _, every) = first_run(None, None, Some("*/2 * * * * *"), Tz::UTC, now()).unwrap();
-        assert_eq!(every, now().timestamp_millis() + 2_000);
-        assert!(first_run(None, None, Some("not cron"), Tz::UTC, now()).is_err());
+        let (_, _, every) =
+            first_run(None, None, Some("*/2 * * * * *"), &TimeZone::UTC, now()).unwrap();
+        assert_eq!(every, now().as_millisecond() + 2_000);
+        assert!(first_run(None, None, Some("not cron"), &TimeZone::UTC, now()).is_err());
         assert!(zone("Mars/Olympus").is_err());
     }
 }

@@ -124,8 +124,8 @@ impl Tool for ScheduleTool {
                     at.as_deref(),
                     within.as_deref(),
                     cron.as_deref(),
-                    zone,
-                    chrono::Utc::now(),
+                    &zone,
+                    jiff::Timestamp::now(),
                 )
                 .map_err(ToolError)?;
                 let live = cx.store.jobs_live_count(&owner).await.map_err(failed)?;
