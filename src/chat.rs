@@ -44,6 +44,7 @@ pub async fn run(loaded: &LoadedConfig, session: &str) -> anyhow::Result<()> {
             reply_to: None,
             internal: false,
             attachments: Vec::new(),
+            mention_names: Vec::new(),
         };
         app.ingress.accept(message).await?;
     }

@@ -84,6 +84,7 @@ impl TurnHandler {
             sender: Some(&entry.message.sender.id),
             attachments: &entry.message.attachments,
             images: &[],
+            mention_names: &entry.message.mention_names,
         };
         let output: TurnOutput = self
             .engine

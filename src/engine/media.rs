@@ -21,6 +21,12 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
+    /// Whether the notes (a transcript) name the bot by one of `names`.
+    pub fn names_any(&self, names: &[String]) -> bool {
+        let text = self.notes.join(" ").to_lowercase();
+        names.iter().any(|n| text.contains(&n.to_lowercase()))
+    }
+
     /// The text the model reads: the notes, then what the person wrote.
     pub fn text_with(&self, text: &str) -> String {
         let mut out = self.notes.join("\n");

@@ -115,6 +115,8 @@ pub struct TurnInput<'a> {
     pub attachments: &'a [ferroclaw_channel_core::Attachment],
     /// Images the first model call of the turn shows (set by the media step).
     pub images: &'a [crate::providers::ImagePart],
+    /// Answer only when a transcript names the bot by one of these (a group voice note).
+    pub mention_names: &'a [String],
 }
 
 /// What a turn produced before it is committed.
@@ -415,8 +417,14 @@ impl Engine {
                 let persona = self.user_persona(session, spawner);
                 let prepared = match self.prepare_media(input, session, &persona).await {
                     Ok(prepared) => prepared,
+                    // A group voice note not addressed to the bot is not answered at all.
+                    Err(_) if !input.mention_names.is_empty() => return Ok(TurnOutput::default()),
                     Err(refusal) => return Ok(TurnOutput::reply(OutboundKind::Error, refusal)),
                 };
+                if !input.mention_names.is_empty() && !prepared.names_any(input.mention_names) {
+                    tracing::info!("group voice note does not name the bot; not answered");
+                    return Ok(TurnOutput::default());
+                }
                 let text = prepared.text_with(text);
                 let input = TurnInput {
                     images: &prepared.images,

@@ -226,6 +226,7 @@ pub fn turn_message(job: &Job, due: i64) -> InboundMessage {
         reply_to: None,
         internal: true,
         attachments: Vec::new(),
+        mention_names: Vec::new(),
     }
 }
 

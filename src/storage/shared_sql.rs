@@ -1090,14 +1090,16 @@ macro_rules! impl_store {
                 )
                 .bind(now_ms)
                 .bind(limit)
-                .fetch_all(&self.read)
+                // The writer (SQLite): an idle service's scheduler does not open a reader
+                // connection (a thread and its cache) just to learn there is nothing due.
+                .fetch_all(&self.write)
                 .await?;
                 rows.iter().map(Self::decode_job).collect()
             }
 
             async fn jobs_next_due(&self) -> $crate::storage::StoreResult<Option<i64>> {
                 Ok(sqlx::query_scalar("SELECT MIN(next_run) FROM jobs WHERE state = 'active'")
-                    .fetch_one(&self.read)
+                    .fetch_one(&self.write)
                     .await?)
             }
 

@@ -207,6 +207,7 @@ async fn execute(
             sender: None,
             attachments: &[],
             images: &[],
+            mention_names: &[],
         };
         let stop = CancellationToken::new();
         let (output, steered) = {
@@ -398,6 +399,7 @@ pub(crate) async fn finish(
                 reply_to: None,
                 internal: true,
                 attachments: Vec::new(),
+                mention_names: Vec::new(),
             },
             row.parent_session.to_string(),
         )

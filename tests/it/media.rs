@@ -205,7 +205,9 @@ async fn a_pdf_gives_a_text_excerpt_and_a_50_mb_file_is_refused_clearly() {
 async fn a_voice_note_is_transcribed_and_answered_and_a_failed_transcription_is_said_plainly() {
     let files = FileHost::start().await;
     let llm = LlmStandIn::start(echo()).await;
-    let voice = base64::engine::general_purpose::STANDARD.encode(b"OggS fake opus");
+    // The transcription stand-in answers a file's own bytes as its transcript.
+    let voice =
+        base64::engine::general_purpose::STANDARD.encode(b"please book a table for two at eight");
     for (base, conversation) in [
         (format!("{}/v1", files.url), "ok"),
         (format!("{}/broken", files.url), "bad"),
@@ -236,7 +238,7 @@ async fn a_voice_note_is_transcribed_and_answered_and_a_failed_transcription_is_
             assert_eq!(seen.len(), 1);
             assert_eq!(seen[0].model, "whisper-test");
             assert_eq!(seen[0].file_name, "note.ogg");
-            assert_eq!(seen[0].bytes, 14);
+            assert_eq!(seen[0].bytes, 36);
         } else {
             assert_eq!(body["replies"][0]["kind"], "error", "{body}");
             assert!(
@@ -456,4 +458,60 @@ async fn a_discord_attachment_reaches_the_model_and_send_file_goes_back_as_an_at
     assert_eq!(uploads.len(), 1, "sent once, as an attachment");
     assert_eq!(uploads[0].body["_files"], json!(["chart.png"]));
     assert_eq!(uploads[0].body["content"], "your chart");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_voice_note_is_transcribed_before_mention_gating() {
+    use crate::common::telegram::{TOKEN, TelegramStandIn};
+    let files = FileHost::start().await;
+    let llm = LlmStandIn::start(echo()).await;
+    let tg = TelegramStandIn::start().await;
+    // The transcription stand-in answers a file's bytes as its transcript.
+    tg.add_file(
+        "v-addressed",
+        "voice/file_1.oga",
+        b"hey Ferro, what is on today?",
+    );
+    tg.add_file(
+        "v-chatter",
+        "voice/file_2.oga",
+        b"just chatting among ourselves",
+    );
+    let config = config_with_llm(
+        &llm.url,
+        &format!(
+            "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n\
+             [transcription]\nbase_url = \"{}/v1\"\n",
+            tg.url, files.url
+        ),
+    );
+    let work = Workdir::new(&config);
+    let _service = Service::start(&work, &[("FC_TG_TOKEN", TOKEN)]).await;
+    let voice = |id: i64, file: &str| {
+        json!({"message_id": id, "date": 1700000000,
+            "chat": {"id": -500, "type": "group", "title": "G"},
+            "from": {"id": 7, "is_bot": false, "first_name": "User7"},
+            "voice": {"file_id": file, "file_unique_id": file, "duration": 2, "mime_type": "audio/ogg", "file_size": 40}})
+    };
+    tg.push_message(voice(1, "v-chatter"));
+    tg.push_message(voice(2, "v-addressed"));
+    crate::common::wait_for(
+        "the addressed note's answer",
+        std::time::Duration::from_secs(20),
+        || async {
+            tg.texts(-500)
+                .iter()
+                .any(|t| t.contains("what is on today?"))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(files.transcriptions().len(), 2, "both were transcribed");
+    assert_eq!(
+        llm.count(),
+        1,
+        "only the note that names the bot reached the model"
+    );
+    assert_eq!(tg.texts(-500).len(), 1, "{:?}", tg.texts(-500));
+    assert!(tg.texts(-500)[0].contains("Transcript of the user's voice note"));
 }

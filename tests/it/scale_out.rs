@@ -518,6 +518,7 @@ async fn an_entry_taken_over_from_the_journal_passes_the_access_gate() {
         reply_to: None,
         internal: false,
         attachments: Vec::new(),
+        mention_names: Vec::new(),
     };
     let key = stranger.route.session_key();
     store

@@ -29,6 +29,7 @@ fn inbound(route: &ChatRoute, id: &str, text: &str) -> InboundMessage {
         reply_to: None,
         internal: false,
         attachments: Vec::new(),
+        mention_names: Vec::new(),
     }
 }
 

@@ -33,6 +33,10 @@ pub struct InboundMessage {
     /// turn runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// A voice note in a group that requires a mention: answered only when its transcript
+    /// names the bot by one of these (the mention is checked after transcription).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mention_names: Vec<String>,
 }
 
 /// What an attached file is, as the platform said.

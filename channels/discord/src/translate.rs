@@ -123,6 +123,7 @@ pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMes
             .map(|id| id.to_string()),
         internal: false,
         attachments,
+        mention_names: Vec::new(),
     })
 }
 
@@ -160,6 +161,7 @@ pub fn command(command: &CommandInteraction, place: Place) -> InboundMessage {
         reply_to: None,
         internal: false,
         attachments: Vec::new(),
+        mention_names: Vec::new(),
     }
 }
 

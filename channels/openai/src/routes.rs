@@ -146,6 +146,7 @@ async fn completions(
         reply_to: None,
         internal: false,
         attachments: Vec::new(),
+        mention_names: Vec::new(),
     };
     let session_key = state.inbox.session_key_of(&message, agent.as_deref());
     let usage_before = if kept {

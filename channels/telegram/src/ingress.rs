@@ -45,12 +45,28 @@ impl Shared {
     /// The message to journal, or None when it is not for us (no text, a bot, a group
     /// message without mention when mentions are required).
     fn wanted(&self, update: &Update, me: &Me) -> Option<InboundMessage> {
-        let message = translate::inbound(translate::message(update)?, me)?;
+        let mut message = translate::inbound(translate::message(update)?, me)?;
         if message.route.kind == ChatKind::Group
             && self.settings.require_mention_in_groups
             && !message.mentioned
         {
-            return None;
+            // A voice note cannot carry a mention: it is kept, and answered only when its
+            // transcript names the bot.
+            let spoken = message.attachments.iter().any(|a| {
+                matches!(
+                    a.kind,
+                    ferroclaw_channel_core::AttachmentKind::Voice
+                        | ferroclaw_channel_core::AttachmentKind::Audio
+                )
+            });
+            if !spoken {
+                return None;
+            }
+            let username = me.user.username.clone().unwrap_or_default();
+            message.mention_names = [format!("@{username}"), username, me.user.first_name.clone()]
+                .into_iter()
+                .filter(|n| !n.is_empty() && n != "@")
+                .collect();
         }
         Some(message)
     }

@@ -139,6 +139,7 @@ pub fn inbound(message: &Message, me: &Me) -> Option<InboundMessage> {
         reply_to: message.reply_to_message().map(|r| r.id.0.to_string()),
         internal: false,
         attachments,
+        mention_names: Vec::new(),
     })
 }
 

@@ -247,6 +247,7 @@ pub(crate) fn parse_body(
         reply_to: None,
         internal: false,
         attachments,
+        mention_names: Vec::new(),
     })
 }
 

@@ -106,6 +106,7 @@ impl InProc {
                 reply_to: None,
                 internal: false,
                 attachments: Vec::new(),
+                mention_names: Vec::new(),
             })
             .await
             .unwrap();
