@@ -395,10 +395,12 @@ impl Engine {
             Some(Command::Plan(task)) if !task.is_empty() => {
                 let persona = self.user_persona(session, spawner);
                 match plan_request(&task, self.config.agent.plan_mode) {
+                    // The rare turns are boxed: a turn's future (held by every in-flight turn)
+                    // is then sized for the plain tool loop, not for planning or media.
                     PlanRequest::Decision(decision) => {
                         let turn =
                             self.plan_decision(decision, input, session, stop, &tracker, &persona);
-                        self.with_typing(route, turn).await?
+                        self.with_typing(route, Box::pin(turn)).await?
                     }
                     PlanRequest::Task(_, "") => TurnOutput::reply(
                         OutboundKind::Error,
@@ -407,39 +409,16 @@ impl Engine {
                     PlanRequest::Task(mode, task) => {
                         let turn = self
                             .run_planned_turn(input, session, stop, task, tracker, &persona, mode);
-                        self.with_typing(route, turn).await?
+                        self.with_typing(route, Box::pin(turn)).await?
                     }
                 }
             }
-            Some(command) => self.run_command(command, session, spawner).await?,
+            Some(command) => Box::pin(self.run_command(command, session, spawner)).await?,
             None if too_long => self.too_long(text),
             None if !input.attachments.is_empty() => {
                 let persona = self.user_persona(session, spawner);
-                let prepared = match self.prepare_media(input, session, &persona).await {
-                    Ok(prepared) => prepared,
-                    // A group voice note not addressed to the bot is not answered at all.
-                    Err(_) if !input.mention_names.is_empty() => return Ok(TurnOutput::default()),
-                    Err(refusal) => return Ok(TurnOutput::reply(OutboundKind::Error, refusal)),
-                };
-                if !input.mention_names.is_empty() && !prepared.names_any(input.mention_names) {
-                    tracing::info!("group voice note does not name the bot; not answered");
-                    return Ok(TurnOutput::default());
-                }
-                let text = prepared.text_with(text);
-                let input = TurnInput {
-                    images: &prepared.images,
-                    ..*input
-                };
-                let turn = self.run_model_turn(
-                    &input,
-                    session,
-                    stop,
-                    &text,
-                    tracker,
-                    TurnOutput::default(),
-                    &persona,
-                );
-                self.with_typing(route, turn).await?
+                let turn = self.run_media_turn(input, session, stop, text, tracker, &persona);
+                Box::pin(turn).await?
             }
             None => {
                 let persona = self.user_persona(session, spawner);
@@ -455,6 +434,43 @@ impl Engine {
                 self.with_typing(route, turn).await?
             }
         })
+    }
+
+    /// A message with files: the media step, then the tool loop with what it prepared.
+    async fn run_media_turn(
+        &self,
+        input: &TurnInput<'_>,
+        session: &mut SessionRow,
+        stop: &CancellationToken,
+        text: &str,
+        tracker: Arc<PlanTracker>,
+        persona: &Persona,
+    ) -> Result<TurnOutput, TurnError> {
+        let prepared = match self.prepare_media(input, session, persona).await {
+            Ok(prepared) => prepared,
+            // A group voice note not addressed to the bot is not answered at all.
+            Err(_) if !input.mention_names.is_empty() => return Ok(TurnOutput::default()),
+            Err(refusal) => return Ok(TurnOutput::reply(OutboundKind::Error, refusal)),
+        };
+        if !input.mention_names.is_empty() && !prepared.names_any(input.mention_names) {
+            tracing::info!("group voice note does not name the bot; not answered");
+            return Ok(TurnOutput::default());
+        }
+        let text = prepared.text_with(text);
+        let input = TurnInput {
+            images: &prepared.images,
+            ..*input
+        };
+        let turn = self.run_model_turn(
+            &input,
+            session,
+            stop,
+            &text,
+            tracker,
+            TurnOutput::default(),
+            persona,
+        );
+        self.with_typing(input.route, turn).await
     }
 
     /// `plan_and_execute`: plan `task` (read-only) and run it as a `steps` plan in bounded

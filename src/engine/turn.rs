@@ -146,9 +146,11 @@ impl Engine {
                 results = futures::future::join_all(batch.iter().map(|call| async {
                     // `plan_and_execute` is the engine's own: it plans and runs steps.
                     if call.name == "plan_and_execute" && tools.iter().any(|t| t.name == call.name) {
-                        let (text, used) = self
-                            .plan_tool(&call.arguments, input, shared, stop, &tracker, persona)
-                            .await;
+                        // Boxed: every tool call's future would otherwise be sized for it.
+                        let (text, used) = Box::pin(
+                            self.plan_tool(&call.arguments, input, shared, stop, &tracker, persona),
+                        )
+                        .await;
                         plan_tokens.0.fetch_add(used.0, Ordering::Relaxed);
                         plan_tokens.1.fetch_add(used.1, Ordering::Relaxed);
                         text
