@@ -227,7 +227,7 @@ async fn jobs(State(admin): State<Admin>, Query(page): Query<Page>) -> Response 
             let jobs: Vec<Value> = jobs
                 .iter()
                 .map(|j| {
-                    let mut v = crate::tools::job_json(j);
+                    let mut v = crate::schedules::job_json(j);
                     v["session_key"] = json!(j.session_key);
                     v["next_run_ms"] = json!(j.next_run);
                     v["last_run_ms"] = json!(j.last_run);

@@ -66,6 +66,8 @@ pub struct Engine {
     /// Containers for `exec` (None: no sandbox can be had).
     sandbox: Option<Arc<dyn Sandbox>>,
     agents: Arc<Agents>,
+    /// Each agent's `sessions_spawn` and `delegate` specs (built once, not per turn).
+    linked_specs: std::collections::HashMap<String, Vec<ToolSpec>>,
     skills: SkillLibrary,
     teams: crate::teams::Teams,
     schedules: crate::schedules::ScheduleHandle,
@@ -76,6 +78,34 @@ pub struct Engine {
 pub enum TurnError {
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// `agent`'s `sessions_spawn` and `delegate` specs: `agent_id` narrowed to the agents it is
+/// linked to (and absent from `sessions_spawn` without links), so a capability not granted
+/// is never advertised.
+fn linked_specs(tools: &ToolRegistry, agent: &AgentProfile) -> Vec<ToolSpec> {
+    let links = &agent.may_delegate;
+    let mut specs = tools.specs_named(&["sessions_spawn".to_string(), "delegate".to_string()]);
+    for spec in &mut specs {
+        let choices: Vec<&String> = match spec.name.as_str() {
+            "sessions_spawn" => std::iter::once(&agent.id).chain(links).collect(),
+            _ => links.iter().collect(),
+        };
+        let mut parameters = (*spec.parameters).clone();
+        if let Some(properties) = parameters["properties"].as_object_mut() {
+            if spec.name == "sessions_spawn" && links.is_empty() {
+                properties.remove("agent_id");
+            } else {
+                properties.insert(
+                    "agent_id".into(),
+                    serde_json::json!({"type": "string", "enum": choices,
+                        "description": "the agent that does the task"}),
+                );
+            }
+        }
+        spec.parameters = Arc::new(parameters);
+    }
+    specs
 }
 
 /// What `/plan <args>` asks for.
@@ -163,6 +193,10 @@ impl Engine {
             .sum();
         let agents = Arc::new(Agents::from_config(&config));
         let skills = SkillLibrary::load(&config.skills.dir, &agents);
+        let linked_specs = agents
+            .all()
+            .map(|agent| (agent.id.clone(), linked_specs(&tools, agent)))
+            .collect();
         let teams = crate::teams::Teams::from_config(&config);
         let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
         Engine {
@@ -175,6 +209,7 @@ impl Engine {
             tool_tokens,
             sandbox: None,
             agents,
+            linked_specs,
             skills,
             teams,
             schedules,
@@ -293,31 +328,15 @@ impl Engine {
         }
     }
 
-    /// The tool specs offered to `persona`: `agent_id` of `sessions_spawn` and `delegate`
-    /// narrowed to the agents it is linked to (and absent from `sessions_spawn` without
-    /// links), so a capability not granted is never advertised.
+    /// The tool specs offered to `persona`, with its agent's own `sessions_spawn` and
+    /// `delegate` (see [`linked_specs`]).
     pub(crate) fn offered_tools(&self, persona: &Persona) -> Arc<[ToolSpec]> {
-        let links = &persona.agent.may_delegate;
+        let own = self.linked_specs.get(&persona.agent.id);
         let mut specs = self.tools.specs_named(&persona.tools);
         for spec in &mut specs {
-            let choices: Vec<&String> = match spec.name.as_str() {
-                "sessions_spawn" => std::iter::once(&persona.agent.id).chain(links).collect(),
-                "delegate" => links.iter().collect(),
-                _ => continue,
-            };
-            let mut parameters = (*spec.parameters).clone();
-            if let Some(properties) = parameters["properties"].as_object_mut() {
-                if spec.name == "sessions_spawn" && links.is_empty() {
-                    properties.remove("agent_id");
-                } else {
-                    properties.insert(
-                        "agent_id".into(),
-                        serde_json::json!({"type": "string", "enum": choices,
-                            "description": "the agent that does the task"}),
-                    );
-                }
+            if let Some(narrowed) = own.and_then(|o| o.iter().find(|n| n.name == spec.name)) {
+                *spec = narrowed.clone();
             }
-            spec.parameters = Arc::new(parameters);
         }
         specs.into()
     }
@@ -538,6 +557,10 @@ impl Engine {
         plan: Option<Arc<PlanTracker>>,
         persona: Option<&Persona>,
     ) -> ToolContext {
+        let agent_id = persona.map_or_else(
+            || self.agents.of_session(&session.key).id.clone(),
+            |p| p.agent.id.clone(),
+        );
         let spawn = persona.and_then(|persona| {
             let spawner = persona.spawner.clone()?;
             let (origin, origin_message) = persona
@@ -586,13 +609,8 @@ impl Engine {
             sender: input.sender.map(str::to_string),
             schedules: self.schedules.clone(),
             skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
-            agent_id: persona.map_or_else(
-                || self.agents.of_session(&session.key).id.clone(),
-                |p| p.agent.id.clone(),
-            ),
-            teams: self
-                .teams
-                .of(persona.map_or(&self.agents.of_session(&session.key).id, |p| &p.agent.id)),
+            teams: self.teams.of(&agent_id),
+            agent_id,
         }
     }
 

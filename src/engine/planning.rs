@@ -112,24 +112,15 @@ impl Engine {
                 break;
             }
             let calls = response.tool_calls.clone();
-            messages.push(ChatMessage {
-                role: Role::Assistant,
-                content: response.content,
-                tool_calls: response.tool_calls,
-                tool_call_id: None,
-                images: Vec::new(),
-            });
+            messages.push(ChatMessage::assistant_calls(
+                response.content,
+                response.tool_calls,
+            ));
             let results =
                 futures::future::join_all(calls.iter().map(|c| self.tools.call(c, &cx, &tools)))
                     .await;
             for (call, result) in calls.iter().zip(results) {
-                messages.push(ChatMessage {
-                    role: Role::Tool,
-                    content: result,
-                    tool_calls: Vec::new(),
-                    tool_call_id: Some(call.id.clone()),
-                    images: Vec::new(),
-                });
+                messages.push(ChatMessage::tool_result(&call.id, result));
             }
         }
         let parsed = answer

@@ -224,25 +224,16 @@ impl Engine {
                 };
             }
             let batch = response.tool_calls.clone();
-            messages.push(ChatMessage {
-                role: Role::Assistant,
-                content: response.content,
-                tool_calls: response.tool_calls,
-                tool_call_id: None,
-                images: Vec::new(),
-            });
+            messages.push(ChatMessage::assistant_calls(
+                response.content,
+                response.tool_calls,
+            ));
             let results = tokio::select! {
                 _ = stop.cancelled() => return StepRun::Stopped,
                 results = futures::future::join_all(batch.iter().map(|c| self.tools.call(c, &cx, tools))) => results,
             };
             for (call, result) in batch.iter().zip(results) {
-                messages.push(ChatMessage {
-                    role: Role::Tool,
-                    content: result,
-                    tool_calls: Vec::new(),
-                    tool_call_id: Some(call.id.clone()),
-                    images: Vec::new(),
-                });
+                messages.push(ChatMessage::tool_result(&call.id, result));
             }
         }
         StepRun::Failed(format!("no result after {calls} model calls"))

@@ -113,13 +113,7 @@ impl Engine {
             output.tokens_in += tokens.0;
             output.tokens_out += tokens.1;
             output.model = Some(answered_by.clone());
-            let assistant = ChatMessage {
-                role: Role::Assistant,
-                content: response.content,
-                tool_calls: response.tool_calls,
-                tool_call_id: None,
-                images: Vec::new(),
-            };
+            let assistant = ChatMessage::assistant_calls(response.content, response.tool_calls);
             output
                 .entries
                 .push(entry_for(&assistant, Some(&answered_by), tokens));
@@ -171,13 +165,7 @@ impl Engine {
             }
             for (call, result) in batch.iter().zip(results) {
                 tracing::debug!(tool = %call.name, "tool call finished");
-                let message = ChatMessage {
-                    role: Role::Tool,
-                    content: result,
-                    tool_calls: Vec::new(),
-                    tool_call_id: Some(call.id.clone()),
-                    images: Vec::new(),
-                };
+                let message = ChatMessage::tool_result(&call.id, result);
                 output.entries.push(entry_for(&message, None, (0, 0)));
                 turn_messages.push(message);
             }

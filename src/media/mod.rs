@@ -49,7 +49,20 @@ pub fn mime_of(attachment: &Attachment) -> String {
     if let Some(mime) = attachment.mime.as_deref().filter(|m| !m.is_empty()) {
         return mime.to_ascii_lowercase();
     }
-    let ext = Path::new(&attachment.name)
+    if let Some(mime) = mime_from_name(&attachment.name) {
+        return mime.into();
+    }
+    match attachment.kind {
+        AttachmentKind::Image => "image/jpeg".into(),
+        AttachmentKind::Voice => "audio/ogg".into(),
+        AttachmentKind::Audio => "audio/mpeg".into(),
+        AttachmentKind::Document => "application/octet-stream".into(),
+    }
+}
+
+/// The MIME type a file name's extension names, for the types handled here.
+pub fn mime_from_name(name: &str) -> Option<&'static str> {
+    let ext = Path::new(name)
         .extension()
         .and_then(|e| e.to_str())
         .map(str::to_ascii_lowercase)
@@ -68,17 +81,9 @@ pub fn mime_of(attachment: &Attachment) -> String {
         "mp3" => "audio/mpeg",
         "m4a" => "audio/mp4",
         "wav" => "audio/wav",
-        _ => "",
+        _ => return None,
     };
-    if !by_ext.is_empty() {
-        return by_ext.into();
-    }
-    match attachment.kind {
-        AttachmentKind::Image => "image/jpeg".into(),
-        AttachmentKind::Voice => "audio/ogg".into(),
-        AttachmentKind::Audio => "audio/mpeg".into(),
-        AttachmentKind::Document => "application/octet-stream".into(),
-    }
+    Some(by_ext)
 }
 
 /// Whether `[media] allowed_types` takes this type.

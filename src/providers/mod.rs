@@ -88,6 +88,22 @@ impl ChatMessage {
             images: Vec::new(),
         }
     }
+
+    /// The model's message asking for `tool_calls` (with any text it wrote).
+    pub fn assistant_calls(content: String, tool_calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            tool_calls,
+            ..ChatMessage::text(Role::Assistant, content)
+        }
+    }
+
+    /// A tool's result, answering the call `call_id`.
+    pub fn tool_result(call_id: &str, content: String) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.to_string()),
+            ..ChatMessage::text(Role::Tool, content)
+        }
+    }
 }
 
 /// A tool offered to the model.

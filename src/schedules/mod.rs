@@ -169,6 +169,14 @@ pub fn show_time(ms: i64, zone_name: &str) -> String {
     at.to_zoned(tz).strftime("%Y-%m-%d %H:%M:%S %Z").to_string()
 }
 
+/// A job as the `schedule` tool and the admin API show it.
+pub fn job_json(job: &Job) -> serde_json::Value {
+    serde_json::json!({"id": job.id, "kind": job.kind.as_str(), "schedule": job.spec, "timezone": job.timezone,
+        "prompt": job.prompt, "state": job.state.as_str(), "heartbeat": job.heartbeat,
+        "session": if job.in_origin { "origin" } else { "own" }, "missed": job.missed.as_str(),
+        "next_run": job.next_run.map(|t| show_time(t, &job.timezone)), "runs": job.runs})
+}
+
 /// The platform message id prefix of job turns.
 const JOB_PREFIX: &str = "job:";
 

@@ -22,7 +22,7 @@ pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
 pub use plan_tool::{PlanAndExecute, PlanTool};
-pub use schedule_tool::{ScheduleTool, job_json};
+pub use schedule_tool::ScheduleTool;
 pub use send_file::SendFile;
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};

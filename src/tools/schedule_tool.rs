@@ -4,7 +4,7 @@
 //! job's own turn may create, and how many job turns in a row may lead to a new job.
 
 use super::{Tool, ToolContext, ToolError};
-use crate::schedules::{self, first_run, show_time};
+use crate::schedules::{self, first_run, job_json};
 use crate::storage::{Job, JobState, MissedPolicy};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -32,13 +32,6 @@ enum Args {
 
 fn failed(e: impl std::fmt::Display) -> ToolError {
     ToolError(format!("the schedule could not be read or written: {e}"))
-}
-
-pub fn job_json(job: &Job) -> Value {
-    json!({"id": job.id, "kind": job.kind.as_str(), "schedule": job.spec, "timezone": job.timezone,
-        "prompt": job.prompt, "state": job.state.as_str(), "heartbeat": job.heartbeat,
-        "session": if job.in_origin { "origin" } else { "own" }, "missed": job.missed.as_str(),
-        "next_run": job.next_run.map(|t| show_time(t, &job.timezone)), "runs": job.runs})
 }
 
 pub struct ScheduleTool;

@@ -5,9 +5,7 @@
 use super::{Tool, ToolContext, ToolError};
 use crate::storage::NewOutbound;
 use async_trait::async_trait;
-use ferroclaw_channel_core::{
-    Attachment, AttachmentKind, AttachmentSource, OutboundFile, OutboundKind,
-};
+use ferroclaw_channel_core::{OutboundFile, OutboundKind};
 use serde_json::{Value, json};
 
 pub struct SendFile;
@@ -45,13 +43,9 @@ impl Tool for SendFile {
             .and_then(|n| n.to_str())
             .unwrap_or("file")
             .to_string();
-        let mime = crate::media::mime_of(&Attachment {
-            kind: AttachmentKind::Document,
-            name: name.clone(),
-            mime: None,
-            size: None,
-            source: AttachmentSource::Platform { id: String::new() },
-        });
+        let mime = crate::media::mime_from_name(&name)
+            .unwrap_or("application/octet-stream")
+            .to_string();
         let message = NewOutbound {
             route: cx.route.clone(),
             kind: OutboundKind::Reply,

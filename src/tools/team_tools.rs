@@ -171,8 +171,7 @@ impl Tool for TeamTasks {
                 task_id,
             } => {
                 let team = team(cx, named.as_deref())?;
-                let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
-                let mut task = find(&board, task_id)?.clone();
+                let (board, mut task) = board_with(cx, team, task_id).await?;
                 if task.status != TeamTaskStatus::Open {
                     return Err(ToolError(format!(
                         "task #{task_id} is {} (owner: {})",
@@ -198,8 +197,7 @@ impl Tool for TeamTasks {
                 status,
             } => {
                 let team = team(cx, named.as_deref())?;
-                let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
-                let mut task = find(&board, task_id)?.clone();
+                let (_, mut task) = board_with(cx, team, task_id).await?;
                 let expected = task.status;
                 if expected == TeamTaskStatus::Done {
                     return Err(ToolError(format!("task #{task_id} is already done")));
@@ -229,8 +227,7 @@ impl Tool for TeamTasks {
                 result,
             } => {
                 let team = team(cx, named.as_deref())?;
-                let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
-                let mut task = find(&board, task_id)?.clone();
+                let (_, mut task) = board_with(cx, team, task_id).await?;
                 let expected = task.status;
                 if expected == TeamTaskStatus::Done {
                     return Err(ToolError(format!("task #{task_id} is already done")));
@@ -249,8 +246,7 @@ impl Tool for TeamTasks {
                 text,
             } => {
                 let team = team(cx, named.as_deref())?;
-                let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
-                let mut task = find(&board, task_id)?.clone();
+                let (_, mut task) = board_with(cx, team, task_id).await?;
                 let expected = task.status;
                 task.comments.push(TaskComment {
                     agent: me.to_string(),
@@ -263,11 +259,19 @@ impl Tool for TeamTasks {
     }
 }
 
-fn find(board: &[TeamTask], id: i64) -> Result<&TeamTask, ToolError> {
-    board
+/// A team's board, and a copy of its task `id` to change.
+async fn board_with(
+    cx: &ToolContext,
+    team: &Team,
+    id: i64,
+) -> Result<(Vec<TeamTask>, TeamTask), ToolError> {
+    let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
+    let task = board
         .iter()
         .find(|t| t.id == id)
-        .ok_or_else(|| ToolError(format!("field `task_id`: there is no task #{id}")))
+        .cloned()
+        .ok_or_else(|| ToolError(format!("field `task_id`: there is no task #{id}")))?;
+    Ok((board, task))
 }
 
 async fn save(

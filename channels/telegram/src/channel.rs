@@ -168,33 +168,25 @@ impl TelegramChannel {
         let input = InputFile::file(&file.path).file_name(file.name.clone());
         let caption: String = message.text.chars().take(1024).collect();
         let thread = thread(&message.route);
+        // The three requests are different types with the same two setters.
+        macro_rules! send {
+            ($request:expr) => {{
+                let mut request = $request;
+                if !caption.is_empty() {
+                    request = request.caption(caption);
+                }
+                if let Some(t) = thread {
+                    request = request.message_thread_id(t);
+                }
+                request.await
+            }};
+        }
         let sent = if file.is_image() {
-            let mut request = self.bot.send_photo(chat_id, input);
-            if !caption.is_empty() {
-                request = request.caption(caption);
-            }
-            if let Some(t) = thread {
-                request = request.message_thread_id(t);
-            }
-            request.await
+            send!(self.bot.send_photo(chat_id, input))
         } else if file.mime == "audio/ogg" {
-            let mut request = self.bot.send_voice(chat_id, input);
-            if !caption.is_empty() {
-                request = request.caption(caption);
-            }
-            if let Some(t) = thread {
-                request = request.message_thread_id(t);
-            }
-            request.await
+            send!(self.bot.send_voice(chat_id, input))
         } else {
-            let mut request = self.bot.send_document(chat_id, input);
-            if !caption.is_empty() {
-                request = request.caption(caption);
-            }
-            if let Some(t) = thread {
-                request = request.message_thread_id(t);
-            }
-            request.await
+            send!(self.bot.send_document(chat_id, input))
         };
         let sent = sent.map_err(|e| self.failure(e))?;
         Ok(Delivered {
