@@ -5,6 +5,10 @@
 //! signed webhook path (journal → lane → model → commit → outbox → signed callback), the
 //! service's own CPU time per turn, and per-turn latency early and late in a long session.
 //! Numbers go to stdout; nothing here asserts on time.
+//!
+//! For profiling: `FERROCLAW_BENCH_BIN` runs another build of the service (a debug build
+//! with symbols, say), and every `FERROCLAW_BENCH_CHILD_<NAME>` variable is given to the
+//! service as `<NAME>` (`FERROCLAW_BENCH_CHILD_LD_PRELOAD` for a heap profiler).
 
 use axum::Router;
 use axum::routing::post;
@@ -19,7 +23,9 @@ const SECRET: &str = "bench-secret";
 #[tokio::main]
 async fn main() {
     // Cargo builds the service binary (with the bench profile, i.e. release) for benches.
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ferroclaw"));
+    let bin = std::env::var_os("FERROCLAW_BENCH_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_ferroclaw").into());
     let turns: usize = arg("--turns").unwrap_or(5000);
     let conversations: usize = arg("--conversations").unwrap_or(100);
     let history: usize = arg("--history").unwrap_or(1000);
@@ -544,6 +550,10 @@ async fn spawn(
         // The stand-in answers; the local model is never wanted here.
         .env("FERROCLAW_OFFLINE", "1")
         .env("FERROCLAW_HOME", dir.join("home"))
+        .envs(std::env::vars().filter_map(|(k, v)| {
+            k.strip_prefix("FERROCLAW_BENCH_CHILD_")
+                .map(|name| (name.to_string(), v))
+        }))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -5,14 +5,20 @@
 //! The terminal channel is not here: `ferroclaw chat` builds it itself.
 
 use crate::config::{ChannelsConfig, LoadedConfig};
-use ferroclaw_channel_core::Built;
+use ferroclaw_channel_core::{Built, PreviewLedger};
+use std::sync::Arc;
 
-/// Build every enabled channel (nothing is contacted yet).
-pub fn build_enabled(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Vec<Built>> {
+/// Build every enabled channel (nothing is contacted yet). Streaming channels keep their
+/// previews' ids in `previews`.
+pub fn build_enabled(
+    loaded: &LoadedConfig,
+    http: &reqwest::Client,
+    previews: Arc<dyn PreviewLedger>,
+) -> anyhow::Result<Vec<Built>> {
     let mut built = Vec::new();
     built.extend(webhook(loaded, http)?);
-    built.extend(telegram(loaded)?);
-    built.extend(discord(loaded)?);
+    built.extend(telegram(loaded, previews.clone())?);
+    built.extend(discord(loaded, previews)?);
     built.extend(openai(loaded));
     Ok(built)
 }
@@ -57,7 +63,10 @@ fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Opti
     )?))
 }
 
-fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
+fn telegram(
+    loaded: &LoadedConfig,
+    previews: Arc<dyn PreviewLedger>,
+) -> anyhow::Result<Option<Built>> {
     let cfg = &loaded.config.channels.telegram;
     if !cfg.enabled {
         return Ok(None);
@@ -66,11 +75,15 @@ fn telegram(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
         token: token(loaded, ChannelsConfig::TELEGRAM_TOKEN)?,
         public_url: loaded.config.server.public_url.clone(),
         commands: crate::engine::COMMANDS.to_vec(),
+        previews: Some(previews),
     };
     Ok(Some(cfg.build(cx)?))
 }
 
-fn discord(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
+fn discord(
+    loaded: &LoadedConfig,
+    previews: Arc<dyn PreviewLedger>,
+) -> anyhow::Result<Option<Built>> {
     let cfg = &loaded.config.channels.discord;
     if !cfg.enabled {
         return Ok(None);
@@ -78,6 +91,7 @@ fn discord(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
     let cx = ferroclaw_channel_discord::Context {
         token: token(loaded, ChannelsConfig::DISCORD_TOKEN)?,
         commands: crate::engine::COMMANDS.to_vec(),
+        previews: Some(previews),
     };
     Ok(Some(cfg.build(cx)?))
 }

@@ -27,6 +27,7 @@ pub mod models;
 pub mod outbox;
 pub mod pairing;
 pub mod plan;
+pub mod previews;
 pub mod providers;
 pub mod recent_errors;
 pub mod sandbox;

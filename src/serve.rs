@@ -25,7 +25,8 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     }
     let http = crate::http::shared();
     // Every enabled channel, built in one loop; the service names no channel kind here.
-    let built = crate::channels::build_enabled(loaded, &http)?;
+    let previews = Arc::new(crate::previews::StoreLedger::default());
+    let built = crate::channels::build_enabled(loaded, &http, previews.clone())?;
     let channels: Vec<Arc<dyn Channel>> = built
         .iter()
         .flat_map(|b| b.channels.iter().cloned())
@@ -35,6 +36,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .flat_map(|b| b.access.iter().cloned())
         .collect();
     let app = App::build(loaded, channels, access).await?;
+    previews.bind(app.store.clone());
 
     let admin = loaded.secrets.admin_token.clone().map(|token| {
         crate::admin::Admin::new(

@@ -292,6 +292,8 @@ pub trait EffectStore: Send + Sync {
         result: &str,
         now_ms: i64,
     ) -> StoreResult<()>;
+    /// Drop one recorded effect (it is no longer anyone's to replay).
+    async fn tool_effect_forget(&self, turn_key: &str, call_key: &str) -> StoreResult<()>;
 }
 
 /// Team boards and inboxes (SPEC section 12).

@@ -943,6 +943,15 @@ macro_rules! impl_store {
                     .await?;
                 Ok(())
             }
+
+            async fn tool_effect_forget(&self, turn_key: &str, call_key: &str) -> $crate::storage::StoreResult<()> {
+                sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1 AND call_key = $2")
+                    .bind(turn_key)
+                    .bind(call_key)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
         }
 
         impl $store {

@@ -424,6 +424,33 @@ async fn kill_9_mid_turn_and_restart_answers_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_reply_streaming_when_the_process_is_killed_ends_as_one_message() {
+    let llm = LlmStandIn::killed_mid_stream_then_echo().await;
+    let dc = DiscordStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &dc.url, "stream_edit_interval_ms = 50"));
+    let service = Service::start(&work, ENV).await;
+    dc.message(DM_CHANNEL, None, 7, 9301, "stream then die");
+    let preview = texts_settle(&dc, DM_CHANNEL, |t| t.len() == 1).await;
+    assert_ne!(preview[0], "echo: stream then die", "still streaming");
+    // The preview's id is recorded just after the platform answered the send; a kill inside
+    // that window (microseconds) is the one case left that shows two messages.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    service.kill();
+    let _service = Service::start(&work, ENV).await;
+    texts_settle(&dc, DM_CHANNEL, |t| {
+        t.iter().any(|x| x == "echo: stream then die")
+    })
+    .await;
+    dc.message(DM_CHANNEL, None, 7, 9302, "sentinel");
+    assert_eq!(
+        texts_settle(&dc, DM_CHANNEL, |t| t.iter().any(|x| x == "echo: sentinel")).await,
+        ["echo: stream then die", "echo: sentinel"],
+        "the dead attempt's preview became the reply instead of staying beside it"
+    );
+    assert_eq!(posts_to(&dc, DM_CHANNEL), 2, "one message per answer");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_allowlist_takes_numeric_discord_user_ids() {
     let llm = LlmStandIn::echo().await;
     let dc = DiscordStandIn::start().await;

@@ -493,6 +493,39 @@ async fn a_kill_during_a_turn_then_restart_answers_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_reply_streaming_when_the_process_is_killed_ends_as_one_message() {
+    let llm = LlmStandIn::killed_mid_stream_then_echo().await;
+    let tg = TelegramStandIn::start().await;
+    let work = Workdir::new(&config(
+        &llm.url,
+        &tg.url,
+        "access = \"open\"\nstream_edit_interval_ms = 50",
+    ));
+    let service = Service::start(&work, ENV).await;
+    tg.push_message(dm(7, 1, "stream then die"));
+    let preview = texts_settle(&tg, 7, |t| t.len() == 1).await;
+    assert_ne!(preview[0], "echo: stream then die", "still streaming");
+    // The preview's id is recorded just after the platform answered the send; a kill inside
+    // that window (microseconds) is the one case left that shows two messages.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    service.kill();
+    let _service = Service::start(&work, ENV).await;
+    texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: stream then die")).await;
+    tg.push_message(dm(7, 2, "sentinel"));
+    assert_eq!(
+        texts_settle(&tg, 7, |t| t.iter().any(|x| x == "echo: sentinel")).await,
+        ["echo: stream then die", "echo: sentinel"],
+        "the dead attempt's preview became the reply instead of staying beside it"
+    );
+    let sends = tg
+        .calls("sendMessage")
+        .into_iter()
+        .filter(|c| c.params["chat_id"] == 7)
+        .count();
+    assert_eq!(sends, 2, "one message per answer, across the restart");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_plan_card_is_edited_in_place_in_the_topic() {
     let llm = LlmStandIn::start(|body, _| {
         let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();

@@ -22,7 +22,7 @@ pub use adapter::{
     ReceiverContext, Receiving, user_ids,
 };
 pub use command::ChatCommand;
-pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, SharedLiveReply};
+pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, PreviewLedger, SharedLiveReply};
 pub use message::{
     Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundFile, OutboundKind,
     OutboundMessage, Sender,

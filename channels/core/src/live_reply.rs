@@ -1,43 +1,113 @@
 //! The pacing of a streamed reply: one platform message shows the text so far and is edited
 //! at most once per interval; a platform's "slow down" pauses it. Platform calls stay in the
-//! adapter; this decides only what to show and when.
+//! adapter; this decides only what to show and when, and keeps the preview's platform id in
+//! the service's ledger so that a reply redone after a crash (in this process or another)
+//! edits the preview an earlier attempt left instead of leaving it beside a second message.
 
+use async_trait::async_trait;
 use std::collections::HashMap;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One streamed reply, locked while a platform call for it is in flight.
 pub type SharedLiveReply = Arc<tokio::sync::Mutex<LiveReply>>;
 
-/// The replies a channel is streaming now, by the adapter's key (its chat and the inbound
-/// message a reply answers).
-pub struct LiveReplies<K> {
-    open: Mutex<HashMap<K, SharedLiveReply>>,
+/// Where the platform id of a streamed preview outlives the process (the service's store).
+/// Best effort: an implementation logs its failures and the stream goes on without it.
+#[async_trait]
+pub trait PreviewLedger: Send + Sync {
+    /// The preview message an earlier attempt sent for `key`, if any.
+    async fn recall(&self, key: &str) -> Option<String>;
+    /// A preview message was sent for `key`.
+    async fn remember(&self, key: &str, message_id: &str);
+    /// The final reply for `key` is delivered: the preview is no longer anyone's to reuse.
+    async fn forget(&self, key: &str);
 }
 
-impl<K> Default for LiveReplies<K> {
-    fn default() -> Self {
+/// The replies a channel is streaming now, by chat and the inbound message a reply answers.
+pub struct LiveReplies {
+    channel: &'static str,
+    ledger: Option<Arc<dyn PreviewLedger>>,
+    open: Mutex<HashMap<(String, String), SharedLiveReply>>,
+}
+
+impl LiveReplies {
+    /// Streams of `channel`, their previews kept in `ledger` (none: in memory only).
+    pub fn new(channel: &'static str, ledger: Option<Arc<dyn PreviewLedger>>) -> Self {
         LiveReplies {
+            channel,
+            ledger,
             open: Mutex::new(HashMap::new()),
         }
     }
-}
 
-impl<K: Eq + Hash> LiveReplies<K> {
-    /// The stream for `key`, started when there is none.
-    pub fn open(&self, key: K) -> SharedLiveReply {
-        self.open
-            .lock()
-            .expect("live replies lock")
-            .entry(key)
-            .or_default()
-            .clone()
+    /// The ledger key: injective (the chat id's length is spelled out).
+    fn key(&self, chat: &str, reply: &str) -> String {
+        format!("preview:{}:{}:{chat}:{reply}", self.channel, chat.len())
     }
 
-    /// End the stream for `key` (the final reply takes it over), if there is one.
-    pub fn take(&self, key: &K) -> Option<SharedLiveReply> {
-        self.open.lock().expect("live replies lock").remove(key)
+    /// The stream answering `reply` in `chat`, started when there is none, locked. A stream
+    /// new to this process first recalls a preview an earlier attempt sent.
+    pub async fn lock(&self, chat: &str, reply: &str) -> tokio::sync::OwnedMutexGuard<LiveReply> {
+        let shared = self
+            .open
+            .lock()
+            .expect("live replies lock")
+            .entry((chat.to_string(), reply.to_string()))
+            .or_default()
+            .clone();
+        let mut live = shared.lock_owned().await;
+        if !live.recalled {
+            live.recalled = true;
+            if live.message.is_none()
+                && let Some(ledger) = &self.ledger
+            {
+                live.message = ledger.recall(&self.key(chat, reply)).await;
+            }
+        }
+        live
+    }
+
+    /// The update was made: `text` is on screen (in message `id` when it was just sent,
+    /// which the ledger remembers).
+    pub async fn shown(
+        &self,
+        chat: &str,
+        reply: &str,
+        live: &mut LiveReply,
+        text: String,
+        id: Option<String>,
+    ) {
+        if let (Some(id), Some(ledger)) = (&id, &self.ledger) {
+            ledger.remember(&self.key(chat, reply), id).await;
+        }
+        live.shown(text, id);
+    }
+
+    /// End the stream answering `reply` (the final reply takes it over): this process's,
+    /// else a preview an earlier attempt left, if any.
+    pub async fn take(&self, chat: &str, reply: &str) -> Option<SharedLiveReply> {
+        let ours = self
+            .open
+            .lock()
+            .expect("live replies lock")
+            .remove(&(chat.to_string(), reply.to_string()));
+        if ours.is_some() {
+            return ours;
+        }
+        let message = self.ledger.as_ref()?.recall(&self.key(chat, reply)).await?;
+        Some(Arc::new(tokio::sync::Mutex::new(LiveReply {
+            message: Some(message),
+            recalled: true,
+            ..LiveReply::default()
+        })))
+    }
+
+    /// The final reply answering `reply` was delivered (into the preview or fresh).
+    pub async fn finished(&self, chat: &str, reply: &str) {
+        if let Some(ledger) = &self.ledger {
+            ledger.forget(&self.key(chat, reply)).await;
+        }
     }
 }
 
@@ -50,6 +120,8 @@ pub struct LiveReply {
     shown: String,
     last_edit: Option<Instant>,
     blocked_until: Option<Instant>,
+    /// The ledger was asked for an earlier attempt's preview.
+    recalled: bool,
 }
 
 /// What to do with the platform message now.
@@ -85,7 +157,7 @@ impl LiveReply {
     }
 
     /// The update was made: `text` is on screen (in message `id` when it was sent).
-    pub fn shown(&mut self, text: String, id: Option<String>) {
+    fn shown(&mut self, text: String, id: Option<String>) {
         if id.is_some() {
             self.message = id;
         }
@@ -159,5 +231,67 @@ mod tests {
         );
         fast.slow_down(Duration::from_secs(60));
         assert_eq!(fast.push("x", 50, Duration::ZERO), None, "paused");
+    }
+}
+
+#[cfg(test)]
+mod ledger_tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Ledger(Mutex<HashMap<String, String>>);
+
+    #[async_trait]
+    impl PreviewLedger for Ledger {
+        async fn recall(&self, key: &str) -> Option<String> {
+            self.0.lock().unwrap().get(key).cloned()
+        }
+        async fn remember(&self, key: &str, message_id: &str) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert(key.to_string(), message_id.to_string());
+        }
+        async fn forget(&self, key: &str) {
+            self.0.lock().unwrap().remove(key);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_redone_reply_edits_the_preview_an_earlier_process_sent() {
+        let ledger = Arc::new(Ledger::default());
+        let first = LiveReplies::new("tg", Some(ledger.clone()));
+        let mut live = first.lock("chat", "in1").await;
+        assert_eq!(
+            live.push("Hel", 50, Duration::ZERO),
+            Some(LiveUpdate::Send("Hel".into()))
+        );
+        first
+            .shown("chat", "in1", &mut live, "Hel".into(), Some("m7".into()))
+            .await;
+        drop(live);
+        // The process dies; the next one redoes the turn and streams again.
+        let second = LiveReplies::new("tg", Some(ledger.clone()));
+        let mut live = second.lock("chat", "in1").await;
+        assert_eq!(
+            live.push("Hello", 50, Duration::ZERO),
+            Some(LiveUpdate::Edit {
+                id: "m7".into(),
+                text: "Hello".into()
+            }),
+            "the earlier preview is edited, not a second one sent"
+        );
+        drop(live);
+        // A third process that only delivers the committed reply finds the preview too.
+        let third = LiveReplies::new("tg", Some(ledger.clone()));
+        let taken = third.take("chat", "in1").await.expect("the preview");
+        assert_eq!(taken.lock().await.message.as_deref(), Some("m7"));
+        third.finished("chat", "in1").await;
+        assert!(third.take("chat", "in1").await.is_none(), "forgotten");
+        assert!(
+            second.take("chat", "other").await.is_none(),
+            "keys are per inbound message"
+        );
+        assert_ne!(second.key("a:b", "c"), second.key("a", "b:c"), "injective");
     }
 }

@@ -8,7 +8,7 @@ use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
     Channel, ChatKind, ChatRoute, Delivered, DeliveryError, LiveReplies, LiveUpdate, OutboundKind,
-    OutboundMessage, SentPieces, SharedLiveReply, split,
+    OutboundMessage, PreviewLedger, SentPieces, split,
 };
 use serenity::builder::{Builder, CreateInteractionResponseFollowup, CreateMessage, EditMessage};
 use serenity::http::Http;
@@ -29,7 +29,7 @@ pub struct DiscordChannel {
     /// Redacts the token from error texts.
     token: String,
     edit_interval: Duration,
-    streams: LiveReplies<StreamKey>,
+    streams: LiveReplies,
     partial: SentPieces<MessageId>,
     /// DM channel of each user we talk to (a DM session is keyed by the user).
     dms: Mutex<HashMap<u64, ChannelId>>,
@@ -39,21 +39,23 @@ pub struct DiscordChannel {
     ready: AtomicBool,
 }
 
-/// (Discord channel id, inbound message id the reply answers).
-type StreamKey = (u64, String);
-
 fn id(text: &str, what: &str) -> Result<u64, DeliveryError> {
     text.parse::<u64>()
         .map_err(|_| DeliveryError::Rejected(format!("`{text}` is not a Discord {what} id")))
 }
 
 impl DiscordChannel {
-    pub(crate) fn new(http: Arc<Http>, token: String, edit_interval: Duration) -> Self {
+    pub(crate) fn new(
+        http: Arc<Http>,
+        token: String,
+        edit_interval: Duration,
+        previews: Option<Arc<dyn PreviewLedger>>,
+    ) -> Self {
         DiscordChannel {
             http,
             token,
             edit_interval,
-            streams: LiveReplies::default(),
+            streams: LiveReplies::new(CHANNEL, previews),
             partial: SentPieces::default(),
             dms: Mutex::new(HashMap::new()),
             interactions: Mutex::new(HashMap::new()),
@@ -184,10 +186,6 @@ impl DiscordChannel {
             .map(|_| ())
             .map_err(|e| failure(e, &self.token))
     }
-
-    fn take_stream(&self, target: ChannelId, in_reply_to: &str) -> Option<SharedLiveReply> {
-        self.streams.take(&(target.get(), in_reply_to.to_string()))
-    }
 }
 
 /// A guild reply points at the message it answers (DMs need no such pointer); a missing
@@ -244,12 +242,16 @@ impl Channel for DiscordChannel {
             });
         }
         let mut sent = self.partial.take(message.id);
-        // A reply that was streamed: its first piece replaces the streamed message.
+        // A reply that was streamed (here, or by an attempt before a crash): its first piece
+        // replaces the streamed message.
+        let stream_key = target.get().to_string();
+        let mut streamed = None;
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
             && let Some(reply_to) = &message.in_reply_to
-            && let Some(stream) = self.take_stream(target, reply_to)
+            && let Some(stream) = self.streams.take(&stream_key, reply_to).await
         {
+            streamed = Some(reply_to);
             let settled = stream
                 .lock()
                 .await
@@ -257,13 +259,22 @@ impl Channel for DiscordChannel {
                 .await;
             if let Some((shown, edit)) = settled {
                 let shown = MessageId::new(id(&shown, "message")?);
-                if edit {
-                    self.edit(target, shown, &pieces[0]).await?;
+                let kept = !edit
+                    || match self.edit(target, shown, &pieces[0]).await {
+                        Ok(()) => true,
+                        // The preview was deleted in the chat: the reply is sent fresh.
+                        Err(DeliveryError::Rejected(_)) => false,
+                        Err(e) => return Err(e),
+                    };
+                if kept {
+                    sent.push(shown);
                 }
-                sent.push(shown);
             }
         }
         let sent = self.send_pieces(target, message, &pieces, sent).await?;
+        if let Some(reply_to) = streamed {
+            self.streams.finished(&stream_key, reply_to).await;
+        }
         Ok(Delivered {
             platform_message_id: sent.first().map(|id| id.to_string()),
         })
@@ -282,8 +293,8 @@ impl Channel for DiscordChannel {
         let Ok(target) = self.target(route).await else {
             return;
         };
-        let stream = self.streams.open((target.get(), in_reply_to.to_string()));
-        let mut live = stream.lock().await;
+        let stream_key = target.get().to_string();
+        let mut live = self.streams.lock(&stream_key, in_reply_to).await;
         let Some(update) = live.push(delta, LIMIT, self.edit_interval) else {
             return;
         };
@@ -311,7 +322,11 @@ impl Channel for DiscordChannel {
             },
         };
         match result {
-            Ok((text, id)) => live.shown(text, id),
+            Ok((text, id)) => {
+                self.streams
+                    .shown(&stream_key, in_reply_to, &mut live, text, id)
+                    .await
+            }
             Err(e) => match failure(e, &self.token) {
                 DeliveryError::Retry {
                     retry_after: Some(wait),

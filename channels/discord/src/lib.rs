@@ -19,7 +19,7 @@ pub use config::{Config, DEFAULT_API_URL};
 pub use translate::CHANNEL;
 
 use ferroclaw_channel_core::{
-    AccessRule, BuildError, Built, ChatCommand, Receiver, ReceiverContext, Receiving,
+    AccessRule, BuildError, Built, ChatCommand, PreviewLedger, Receiver, ReceiverContext, Receiving,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serenity::http::{Http, HttpBuilder};
@@ -34,6 +34,8 @@ pub struct Context {
     pub token: SecretString,
     /// Chat commands to register as application commands.
     pub commands: Vec<ChatCommand>,
+    /// Where streamed previews' ids outlive the process (none: in memory only).
+    pub previews: Option<Arc<dyn PreviewLedger>>,
 }
 
 impl Config {
@@ -82,6 +84,7 @@ impl Config {
             http.clone(),
             token.clone(),
             Duration::from_millis(self.stream_edit_interval_ms),
+            cx.previews,
         ));
         Ok(Built {
             channels: vec![channel.clone()],

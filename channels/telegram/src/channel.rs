@@ -6,8 +6,9 @@ use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
     Channel, ChatRoute, Delivered, DeliveryError, FetchError, LiveReplies, LiveUpdate,
-    OutboundFile, OutboundKind, OutboundMessage, SentPieces, SharedLiveReply,
+    OutboundFile, OutboundKind, OutboundMessage, PreviewLedger, SentPieces,
 };
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
@@ -21,13 +22,10 @@ pub struct TelegramChannel {
     /// Redacts the token from error texts (reqwest errors carry the URL).
     token: String,
     edit_interval: Duration,
-    streams: LiveReplies<StreamKey>,
+    streams: LiveReplies,
     partial: SentPieces<MessageId>,
     pub(crate) ready: AtomicBool,
 }
-
-/// (chat id, inbound message id the reply answers).
-type StreamKey = (String, String);
 
 fn chat(route: &ChatRoute) -> Result<ChatId, DeliveryError> {
     route.chat_id.parse::<i64>().map(ChatId).map_err(|_| {
@@ -44,12 +42,17 @@ fn thread(route: &ChatRoute) -> Option<ThreadId> {
 }
 
 impl TelegramChannel {
-    pub fn new(bot: Bot, token: String, edit_interval: Duration) -> Self {
+    pub fn new(
+        bot: Bot,
+        token: String,
+        edit_interval: Duration,
+        previews: Option<Arc<dyn PreviewLedger>>,
+    ) -> Self {
         TelegramChannel {
             bot,
             token,
             edit_interval,
-            streams: LiveReplies::default(),
+            streams: LiveReplies::new(crate::translate::CHANNEL, previews),
             partial: SentPieces::default(),
             ready: AtomicBool::new(false),
         }
@@ -193,11 +196,6 @@ impl TelegramChannel {
             platform_message_id: Some(sent.id.0.to_string()),
         })
     }
-
-    fn take_stream(&self, route: &ChatRoute, in_reply_to: &str) -> Option<SharedLiveReply> {
-        self.streams
-            .take(&(route.chat_id.clone(), in_reply_to.to_string()))
-    }
 }
 
 #[async_trait]
@@ -233,12 +231,15 @@ impl Channel for TelegramChannel {
             });
         }
         let mut sent = self.partial.take(message.id);
-        // A reply that was streamed: its first piece replaces the streamed message.
+        // A reply that was streamed (here, or by an attempt before a crash): its first piece
+        // replaces the streamed message.
+        let mut streamed = None;
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
             && let Some(reply_to) = &message.in_reply_to
-            && let Some(stream) = self.take_stream(&message.route, reply_to)
+            && let Some(stream) = self.streams.take(&message.route.chat_id, reply_to).await
         {
+            streamed = Some(reply_to);
             let settled = stream
                 .lock()
                 .await
@@ -247,15 +248,24 @@ impl Channel for TelegramChannel {
             if let Some((shown, edit)) = settled
                 && let Ok(shown) = shown.parse::<i32>().map(MessageId)
             {
-                if edit {
-                    self.edit_piece(chat_id, shown, &pieces[0])
-                        .await
-                        .map_err(|e| self.failure(e))?;
+                let kept = !edit
+                    || match self.edit_piece(chat_id, shown, &pieces[0]).await {
+                        Ok(()) => true,
+                        // The preview was deleted in the chat: the reply is sent fresh.
+                        Err(RequestError::Api(ApiError::MessageToEditNotFound)) => false,
+                        Err(e) => return Err(self.failure(e)),
+                    };
+                if kept {
+                    sent.push(shown);
                 }
-                sent.push(shown);
             }
         }
         let sent = self.send_pieces(message, &pieces, sent).await?;
+        if let Some(reply_to) = streamed {
+            self.streams
+                .finished(&message.route.chat_id, reply_to)
+                .await;
+        }
         Ok(Delivered {
             platform_message_id: sent.first().map(|id| id.0.to_string()),
         })
@@ -287,10 +297,7 @@ impl Channel for TelegramChannel {
 
     async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
         let Ok(chat_id) = chat(route) else { return };
-        let stream = self
-            .streams
-            .open((route.chat_id.clone(), in_reply_to.to_string()));
-        let mut live = stream.lock().await;
+        let mut live = self.streams.lock(&route.chat_id, in_reply_to).await;
         let Some(update) = live.push(delta, format::LIMIT, self.edit_interval) else {
             return;
         };
@@ -317,7 +324,11 @@ impl Channel for TelegramChannel {
             }
         };
         match result {
-            Ok((text, id)) => live.shown(text, id),
+            Ok((text, id)) => {
+                self.streams
+                    .shown(&route.chat_id, in_reply_to, &mut live, text, id)
+                    .await
+            }
             Err(RequestError::RetryAfter(seconds)) => {
                 tracing::info!(
                     seconds = seconds.seconds(),

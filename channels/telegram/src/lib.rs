@@ -21,7 +21,7 @@ pub use ingress::WEBHOOK_PATH;
 pub use translate::CHANNEL;
 
 use ferroclaw_channel_core::{
-    AccessRule, BuildError, Built, ChatCommand, Receiver, ReceiverContext, Receiving,
+    AccessRule, BuildError, Built, ChatCommand, PreviewLedger, Receiver, ReceiverContext, Receiving,
 };
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::{Arc, OnceLock};
@@ -51,6 +51,7 @@ pub(crate) struct Settings {
     pub commands: Vec<ChatCommand>,
     /// Who may talk to the bot.
     pub access: AccessRule,
+    pub previews: Option<Arc<dyn PreviewLedger>>,
 }
 
 /// Total timeout of ordinary Bot API calls (teloxide's own default).
@@ -79,6 +80,8 @@ pub struct Context {
     pub public_url: String,
     /// Chat commands to register with setMyCommands.
     pub commands: Vec<ChatCommand>,
+    /// Where streamed previews' ids outlive the process (none: in memory only).
+    pub previews: Option<Arc<dyn PreviewLedger>>,
 }
 
 impl Config {
@@ -97,6 +100,7 @@ impl Config {
             stream_edit_interval: Duration::from_millis(self.stream_edit_interval_ms),
             poll_timeout: Duration::from_secs(self.poll_timeout_secs),
             commands: cx.commands,
+            previews: cx.previews,
             access: AccessRule {
                 mode: self.access,
                 allowed_users: self.allowed_users.clone(),
@@ -119,6 +123,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
         bot.clone(),
         token.clone(),
         settings.stream_edit_interval,
+        settings.previews.clone(),
     ));
     Ok(Built {
         channels: vec![channel.clone()],

@@ -130,6 +130,21 @@ struct Inner {
 }
 
 impl LlmStandIn {
+    /// A model whose first answer trickles for half a minute (the test kills the service
+    /// meanwhile) and whose later answers stream `echo: <last user message>` quickly.
+    pub async fn killed_mid_stream_then_echo() -> LlmStandIn {
+        LlmStandIn::start(|body, index| Behaviour::Trickle {
+            text: if index == 0 {
+                "half a thought that never finishes because the process dies".into()
+            } else {
+                format!("echo: {}", last_user(body))
+            },
+            pieces: 8,
+            gap: Duration::from_millis(if index == 0 { 3000 } else { 30 }),
+        })
+        .await
+    }
+
     /// Start a stand-in whose answer to each request comes from `script(body, index)`.
     pub async fn start(
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,

@@ -1,0 +1,59 @@
+//! The preview ledger: the platform id of each streamed preview message, kept in the store
+//! (as an effect of its turn) until the final reply has replaced it. A turn redone after a
+//! crash, here or in another process, then edits the preview the dead attempt left instead
+//! of leaving that half-written message beside a second one. Knows no channel: the adapters
+//! name their keys (`ferroclaw_channel_core::LiveReplies`).
+
+use crate::storage::Store;
+use async_trait::async_trait;
+use ferroclaw_channel_core::PreviewLedger;
+use std::sync::{Arc, OnceLock};
+
+/// The effect's call key (the adapter's key is the turn key).
+const CALL: &str = "message";
+
+/// Over the service's store, bound once the app has opened it (channels are built before).
+#[derive(Default)]
+pub struct StoreLedger {
+    store: OnceLock<Arc<dyn Store>>,
+}
+
+impl StoreLedger {
+    pub fn bind(&self, store: Arc<dyn Store>) {
+        let _ = self.store.set(store);
+    }
+}
+
+#[async_trait]
+impl PreviewLedger for StoreLedger {
+    async fn recall(&self, key: &str) -> Option<String> {
+        let store = self.store.get()?;
+        store
+            .tool_effect_get(key, CALL)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot look up a streamed preview"))
+            .ok()
+            .flatten()
+    }
+
+    async fn remember(&self, key: &str, message_id: &str) {
+        let Some(store) = self.store.get() else {
+            return;
+        };
+        if let Err(e) = store
+            .tool_effect_put(key, CALL, message_id, crate::clock::now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "cannot record a streamed preview");
+        }
+    }
+
+    async fn forget(&self, key: &str) {
+        let Some(store) = self.store.get() else {
+            return;
+        };
+        if let Err(e) = store.tool_effect_forget(key, CALL).await {
+            tracing::warn!(error = %e, "cannot drop a streamed preview's record");
+        }
+    }
+}
