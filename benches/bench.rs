@@ -39,7 +39,7 @@ async fn main() {
     }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
     if let Some(n) = arg("--inflight-only") {
-        in_flight(&bin, n).await;
+        in_flight(&bin, n, std::env::args().any(|a| a == "--http2")).await;
         return;
     }
     let llm = start_llm().await;
@@ -157,7 +157,11 @@ async fn main() {
 
     // 4. Load that grows: many conversations in flight at once, each answer streamed over
     // 3 s by the model.
-    in_flight(&bin, arg("--inflight").unwrap_or(10_000)).await;
+    // Once over HTTP/1.1 (the default: a connection per call), once with the provider's
+    // `http2 = true` (every call a stream on one connection).
+    for http2 in [false, true] {
+        in_flight(&bin, arg("--inflight").unwrap_or(10_000), http2).await;
+    }
 
     // 5. The sandbox: `exec` call to first output, on a cold and on a warm container.
     sandbox_first_output().await;
@@ -241,9 +245,10 @@ async fn pg_throughput(
 }
 
 /// `n` conversations sent at once against a model that streams each answer over 3 s: peak
-/// memory, time until all are answered, CPU per turn.
-async fn in_flight(bin: &std::path::Path, n: usize) {
-    let llm = start_slow_llm(Duration::from_secs(3)).await;
+/// memory, time until all are answered, CPU per turn. With `http2`, the provider is set to
+/// `http2 = true` (the stand-in takes any number of concurrent streams).
+async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
+    let (llm, open_calls) = start_slow_llm(Duration::from_secs(3), n).await;
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     // Every turn's model call in flight at once (no cap on concurrent requests).
@@ -252,11 +257,16 @@ async fn in_flight(bin: &std::path::Path, n: usize) {
         dir.path(),
         &llm,
         &receiver.url,
-        "[fallback]\nmax_concurrent_requests = 0\n",
+        &format!(
+            "{}[fallback]\nmax_concurrent_requests = 0\n",
+            if http2 { "http2 = true\n" } else { "" }
+        ),
     )
     .await;
     wait_ready(&base).await;
     let pid = child.id();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_mb = rss_mb(pid, "VmRSS");
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sampling = {
         let peak = peak.clone();
@@ -285,12 +295,15 @@ async fn in_flight(bin: &std::path::Path, n: usize) {
     sampling.abort();
     tokio::time::sleep(Duration::from_secs(2)).await;
     println!(
-        "{n} conversations in flight (answers streamed over 3 s): all accepted in {:.1} s, all answered in {:.1} s, \
+        "{n} conversations over {} (answers held until all calls are open, then streamed over 3 s): \
+         all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
          peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS after {:.0} MB, service CPU per turn {:.3} ms",
+        if http2 { "HTTP/2" } else { "HTTP/1.1" },
         accepted.as_secs_f64(),
+        open_calls.most.load(Ordering::SeqCst),
         elapsed.as_secs_f64(),
         peak.load(Ordering::Relaxed) as f64 / 1024.0,
-        (peak.load(Ordering::Relaxed) as f64 - 15.0 * 1024.0) / n as f64,
+        (peak.load(Ordering::Relaxed) as f64 - idle_mb * 1024.0) / n as f64,
         rss_mb(pid, "VmRSS"),
         cpu * 1000.0 / n as f64
     );
@@ -340,14 +353,36 @@ async fn send_spread(
 }
 
 /// An OpenAI-compatible stand-in that streams a short answer in ten pieces over `over`.
-async fn start_slow_llm(over: Duration) -> String {
+async fn start_slow_llm(over: Duration, hold_until: usize) -> (String, Arc<OpenCalls>) {
     let gap = over / 10;
+    let calls = Arc::new(OpenCalls::default());
+    let counted = calls.clone();
     let app = Router::new().route(
         "/v1/chat/completions",
-        post(move || async move {
-            let pieces = futures::stream::unfold(0u32, move |i| async move {
+        // The request is read whole before answering, as a provider does (an unread body
+        // would sit in the client's buffers, held back by HTTP/2 flow control).
+        post(move |_request: axum::body::Bytes| async move {
+            let open = OpenCall::new(counted.clone());
+            let calls = counted.clone();
+            // The headers go at once, as a provider's do; the first piece waits until all
+            // `hold_until` calls are open (or 60 s passed), so every one of them is in
+            // flight at once however fast they arrived. The call counts as open until its
+            // stream is dropped (with the state).
+            let pieces = futures::stream::unfold((0u32, open), move |(i, open)| {
+                let calls = calls.clone();
+                async move {
                 if i > 10 {
                     return None;
+                }
+                if i == 0 {
+                    if calls.arrived.fetch_add(1, Ordering::SeqCst) + 1 >= hold_until {
+                        calls.all_in.notify_waiters();
+                    } else {
+                        let all_in = calls.all_in.notified();
+                        if calls.arrived.load(Ordering::SeqCst) < hold_until {
+                            let _ = tokio::time::timeout(Duration::from_secs(60), all_in).await;
+                        }
+                    }
                 }
                 if i > 0 {
                     tokio::time::sleep(gap).await;
@@ -357,7 +392,8 @@ async fn start_slow_llm(over: Duration) -> String {
                 } else {
                     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":10}}\n\ndata: [DONE]\n\n".to_string()
                 };
-                Some((Ok::<_, std::convert::Infallible>(chunk), i + 1))
+                Some((Ok::<_, std::convert::Infallible>(chunk), (i + 1, open)))
+                }
             });
             (
                 [("content-type", "text/event-stream")],
@@ -367,8 +403,52 @@ async fn start_slow_llm(over: Duration) -> String {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
+    // HTTP/1.1 and HTTP/2 (h2c) on one port, with no cap on concurrent streams (hyper's
+    // default is 200): every call in flight at once either way.
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            tokio::spawn(async move {
+                let mut builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                builder.http2().max_concurrent_streams(None::<u32>);
+                let _ = builder
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, calls)
+}
+
+/// Model calls the slow stand-in holds: how many arrived, how many are open now and at most.
+#[derive(Default)]
+struct OpenCalls {
+    arrived: AtomicUsize,
+    now: AtomicUsize,
+    most: AtomicUsize,
+    all_in: Notify,
+}
+
+/// One open call (counted until dropped).
+struct OpenCall(Arc<OpenCalls>);
+
+impl OpenCall {
+    fn new(calls: Arc<OpenCalls>) -> Self {
+        let now = calls.now.fetch_add(1, Ordering::SeqCst) + 1;
+        calls.most.fetch_max(now, Ordering::SeqCst);
+        OpenCall(calls)
+    }
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Add `rows` transcript rows spread over 1,000 other sessions, straight into the database.
@@ -529,6 +609,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// `extra`: keys of the bench provider first (`http2 = true`), then any tables.
 async fn spawn(
     bin: &std::path::Path,
     dir: &std::path::Path,
@@ -538,8 +619,8 @@ async fn spawn(
 ) -> (Child, String) {
     let port = free_port();
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n\
-         [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n{extra}"
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n{extra}\n\
+         [channels.webhook.main]\nsecret_env = \"BENCH_SECRET\"\ncallback_url = \"{callback}\"\n"
     );
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let child = Command::new(bin)

@@ -465,6 +465,11 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
             }
             continue;
         }
+        let http = if provider.http2 {
+            crate::http::multiplexed()
+        } else {
+            http.clone()
+        };
         let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
             match provider.kind {
                 ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(

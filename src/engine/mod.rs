@@ -87,13 +87,13 @@ fn linked_specs(tools: &ToolRegistry, agent: &AgentProfile) -> Vec<ToolSpec> {
     let links = &agent.may_delegate;
     let mut specs = tools.specs_named(&["sessions_spawn".to_string(), "delegate".to_string()]);
     for spec in &mut specs {
-        let choices: Vec<&String> = match spec.name.as_str() {
+        let choices: Vec<&String> = match &*spec.name {
             "sessions_spawn" => std::iter::once(&agent.id).chain(links).collect(),
             _ => links.iter().collect(),
         };
         let mut parameters = (*spec.parameters).clone();
         if let Some(properties) = parameters["properties"].as_object_mut() {
-            if spec.name == "sessions_spawn" && links.is_empty() {
+            if &*spec.name == "sessions_spawn" && links.is_empty() {
                 properties.remove("agent_id");
             } else {
                 properties.insert(
@@ -664,22 +664,39 @@ impl Engine {
                 .complete_via(model, fallbacks, request, &|_| {})
                 .await;
         }
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let sink = move |delta: &str| {
-            let _ = tx.send(delta.to_string());
+        // Text not yet shown, taken whole by the forwarder (deltas that arrive while the
+        // chat is being updated are shown together): a string and a wake-up per turn, where
+        // a channel allocated a 32-slot block for each of thousands of waiting turns.
+        let pending = std::sync::Mutex::new(String::new());
+        let wake = tokio::sync::Notify::new();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let take = || std::mem::take(&mut *pending.lock().expect("pending deltas lock"));
+        let sink = |delta: &str| {
+            pending.lock().expect("pending deltas lock").push_str(delta);
+            wake.notify_one();
         };
         let in_reply_to = input.message_id;
         let forward = async {
-            while let Some(delta) = rx.recv().await {
-                self.feedback.delta(route, in_reply_to, &delta).await;
+            loop {
+                wake.notified().await;
+                // Read before taking: text pushed before the end is in this take.
+                let finished = done.load(std::sync::atomic::Ordering::Acquire);
+                let text = take();
+                if !text.is_empty() {
+                    self.feedback.delta(route, in_reply_to, &text).await;
+                }
+                if finished {
+                    break;
+                }
             }
         };
-        let complete = async move {
+        let complete = async {
             let result = self
                 .chain
                 .complete_via(model, fallbacks, request, &sink)
                 .await;
-            drop(sink);
+            done.store(true, std::sync::atomic::Ordering::Release);
+            wake.notify_one();
             result
         };
         let (result, ()) = tokio::join!(complete, forward);

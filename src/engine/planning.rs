@@ -79,7 +79,7 @@ impl Engine {
         let read_only = self.tools.read_only_specs();
         let tools: std::sync::Arc<[_]> = read_only
             .into_iter()
-            .filter(|t| persona.tools.contains(&t.name))
+            .filter(|t| persona.tools.iter().any(|n| **n == *t.name))
             .collect();
         let cx = self.tool_context(input, session, None, Some(persona));
         let model = persona.model.clone();

@@ -110,7 +110,7 @@ impl Engine {
         let tools: Arc<[ToolSpec]> = self
             .offered_tools(persona)
             .iter()
-            .filter(|t| !NOT_IN_A_STEP.contains(&t.name.as_str()))
+            .filter(|t| !NOT_IN_A_STEP.contains(&&*t.name))
             .cloned()
             .collect();
         loop {

@@ -139,7 +139,7 @@ impl Engine {
                 }
                 results = futures::future::join_all(batch.iter().map(|call| async {
                     // `plan_and_execute` is the engine's own: it plans and runs steps.
-                    if call.name == "plan_and_execute" && tools.iter().any(|t| t.name == call.name) {
+                    if call.name == "plan_and_execute" && tools.iter().any(|t| *t.name == *call.name) {
                         // Boxed: every tool call's future would otherwise be sized for it.
                         let (text, used) = Box::pin(
                             self.plan_tool(&call.arguments, input, shared, stop, &tracker, persona),

@@ -35,9 +35,8 @@ use crate::storage::Store;
 use async_trait::async_trait;
 use ferroclaw_channel_core::ChatRoute;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What a running tool may know about its call.
 pub struct ToolContext {
@@ -130,21 +129,16 @@ pub const NAMES: &[&str] = &[
 
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
-    validators: HashMap<&'static str, jsonschema::Validator>,
+    /// Each tool's argument validator, compiled on the tool's first call (compiling all of
+    /// them at start cost about half a megabyte and the start-up time of the schema engine).
+    validators: Vec<OnceLock<jsonschema::Validator>>,
     /// Each tool's spec, built once (a turn clones names and shares the schemas).
     specs: Vec<ToolSpec>,
 }
 
 impl ToolRegistry {
     pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
-        let validators = tools
-            .iter()
-            .map(|t| {
-                let validator = jsonschema::validator_for(&t.schema())
-                    .expect("built-in tool schemas are valid");
-                (t.name(), validator)
-            })
-            .collect();
+        let validators = tools.iter().map(|_| OnceLock::new()).collect();
         let specs = tools
             .iter()
             .map(|t| ToolSpec {
@@ -187,6 +181,14 @@ impl ToolRegistry {
         ])
     }
 
+    /// The argument validator of tool `index`, compiled on first use.
+    fn validator(&self, index: usize) -> &jsonschema::Validator {
+        self.validators[index].get_or_init(|| {
+            jsonschema::validator_for(&self.specs[index].parameters)
+                .expect("built-in tool schemas are valid (checked by a unit test)")
+        })
+    }
+
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.specs_where(|_| true)
     }
@@ -224,9 +226,9 @@ impl ToolRegistry {
             .map(|t| t.name())
             .find(|n| *n == call.name)
             .unwrap_or("unknown");
-        if !offered.iter().any(|t| t.name == call.name) {
+        if !offered.iter().any(|t| *t.name == *call.name) {
             crate::metrics::tool_call(label, false);
-            let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+            let names: Vec<&str> = offered.iter().map(|t| &*t.name).collect();
             return format!(
                 "Error: tool `{}` is not available here; available: {}",
                 call.name,
@@ -243,10 +245,11 @@ impl ToolRegistry {
     }
 
     async fn try_call(&self, call: &ToolCall, cx: &ToolContext) -> Result<String, ToolError> {
-        let tool = self
+        let (index, tool) = self
             .tools
             .iter()
-            .find(|t| t.name() == call.name)
+            .enumerate()
+            .find(|(_, t)| t.name() == call.name)
             .ok_or_else(|| {
                 ToolError(format!(
                     "unknown tool `{}`; available: {}",
@@ -256,7 +259,7 @@ impl ToolRegistry {
             })?;
         let args: Value = serde_json::from_str(&call.arguments)
             .map_err(|e| ToolError(format!("arguments are not valid JSON: {e}")))?;
-        let validator = &self.validators[tool.name()];
+        let validator = self.validator(index);
         let problems: Vec<String> = validator
             .iter_errors(&args)
             .map(|e| {
@@ -311,5 +314,13 @@ mod tests {
     fn the_name_list_is_the_registry() {
         let registry = super::ToolRegistry::builtin(false, "", std::time::Duration::from_secs(1));
         assert_eq!(registry.names(), super::NAMES);
+    }
+
+    #[test]
+    fn every_tool_schema_compiles_into_a_validator() {
+        let registry = super::ToolRegistry::builtin(false, "", std::time::Duration::from_secs(1));
+        for index in 0..registry.tools.len() {
+            registry.validator(index);
+        }
     }
 }

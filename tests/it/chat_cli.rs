@@ -78,3 +78,32 @@ async fn chat_without_a_usable_provider_explains_what_to_configure() {
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.contains("OPENAI_API_KEY"), "{}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_with_http2_is_called_over_http2_and_others_over_http1() {
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::reply(format!("echo: {}", crate::common::llm::last_user(body)))
+    })
+    .await;
+    let plain = config_with_llm(&llm.url, "");
+    let multiplexed = plain.replace(
+        "kind = \"openai\"\nbase_url",
+        "kind = \"openai\"\nhttp2 = true\nbase_url",
+    );
+    assert_ne!(plain, multiplexed);
+    for (config, version, line) in [
+        (plain, axum::http::Version::HTTP_11, "one"),
+        (multiplexed, axum::http::Version::HTTP_2, "two"),
+    ] {
+        let dir = folder_with(&config);
+        let out = chat(dir.path(), &format!("{line}\n"), &[]).await;
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert!(
+            out.stdout.contains(&format!("echo: {line}")),
+            "{}",
+            out.stdout
+        );
+        let last = llm.requests().pop().expect("a model call");
+        assert_eq!(last.version, version, "the call for `{line}`");
+    }
+}

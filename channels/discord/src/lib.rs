@@ -55,6 +55,8 @@ impl Config {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
+            // HTTP/1.1, as serenity is used and tested (the service's reqwest may speak HTTP/2).
+            .http1_only()
             .build()
             .map_err(|e| {
                 BuildError::new(

@@ -64,6 +64,8 @@ const POLL_MARGIN: Duration = Duration::from_secs(10);
 fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
     teloxide::net::default_reqwest_settings()
         .timeout(timeout)
+        // HTTP/1.1, as teloxide is used and tested (the service's reqwest may speak HTTP/2).
+        .http1_only()
         .build()
         .map_err(|e| {
             BuildError::new(

@@ -92,6 +92,8 @@ pub struct Recorded {
     pub last_user: String,
     pub started: Instant,
     pub finished: Option<Instant>,
+    /// HTTP/1.1, or HTTP/2 from a provider with `http2 = true`.
+    pub version: axum::http::Version,
 }
 
 impl Recorded {
@@ -260,23 +262,25 @@ pub fn last_user(body: &Value) -> String {
 
 async fn openai(
     state: State<Arc<Inner>>,
+    version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
-    handle(state, headers, body, Protocol::OpenAi).await
+    handle(state, (version, headers), body, Protocol::OpenAi).await
 }
 
 async fn anthropic(
     state: State<Arc<Inner>>,
+    version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
-    handle(state, headers, body, Protocol::Anthropic).await
+    handle(state, (version, headers), body, Protocol::Anthropic).await
 }
 
 async fn handle(
     State(state): State<Arc<Inner>>,
-    headers: axum::http::HeaderMap,
+    (version, headers): (axum::http::Version, axum::http::HeaderMap),
     body: String,
     protocol: Protocol,
 ) -> Response {
@@ -294,6 +298,7 @@ async fn handle(
             last_user: last_user(&body),
             started: Instant::now(),
             finished: None,
+            version,
         });
         requests.len() - 1
     };
