@@ -743,6 +743,46 @@ async fn suite(store: Arc<dyn Store>) {
     admin_reads_filter_page_and_count(&*store).await;
     leases_have_one_holder_and_expire(&*store).await;
     team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
+    effects_are_kept_once_and_forgotten(&*store).await;
+}
+
+/// Recorded effects (tool results, streamed previews' message ids): the first record wins,
+/// and a forgotten one is gone without touching the turn's others.
+async fn effects_are_kept_once_and_forgotten(store: &dyn Store) {
+    let turn = "preview:telegram:2:42:m1";
+    assert_eq!(store.tool_effect_get(turn, "message").await.unwrap(), None);
+    store
+        .tool_effect_put(turn, "message", "101", 1)
+        .await
+        .unwrap();
+    store
+        .tool_effect_put(turn, "message", "102", 2)
+        .await
+        .unwrap();
+    store.tool_effect_put(turn, "other", "x", 3).await.unwrap();
+    assert_eq!(
+        store
+            .tool_effect_get(turn, "message")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("101"),
+        "the first record wins"
+    );
+    store.tool_effect_forget(turn, "message").await.unwrap();
+    store
+        .tool_effect_forget(turn, "message")
+        .await
+        .expect("forgetting twice is fine");
+    assert_eq!(store.tool_effect_get(turn, "message").await.unwrap(), None);
+    assert_eq!(
+        store
+            .tool_effect_get(turn, "other")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("x")
+    );
 }
 
 async fn team_boards_claim_once_and_inboxes_deliver_once(store: &dyn Store) {
