@@ -3,9 +3,10 @@
 //! process delivers (under per-conversation leases, see `outbox::delivery`). On PostgreSQL the leader holds a session-level advisory lock on its own
 //! connection: when the process dies the server drops the connection and the lock, and a
 //! follower (retrying every second) takes over. A leader that loses its connection stops
-//! leading at once and the service shuts down so its supervisor restarts it (as
-//! controller-runtime does): it cannot know whether another process leads meanwhile. SQLite
-//! is one process by nature: it always leads.
+//! leading at once: the service stops its exclusive receivers and waits for them to end,
+//! and this process competes again as a follower (it cannot know whether another process
+//! leads meanwhile; a platform's own single-consumer rule and the journal's deduplication
+//! cover the seconds in between). SQLite is one process by nature: it always leads.
 //!
 //! Knows only the database URL; nothing of channels or the engine.
 
@@ -17,11 +18,9 @@ use tokio_util::sync::CancellationToken;
 /// This process's part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// Another process leads (or none yet); retrying.
+    /// Another process leads (or none yet, or this one lost its lock); retrying.
     Follower,
     Leader,
-    /// It led and lost its lock's connection: it must stop.
-    Lost,
 }
 
 /// The advisory lock every ferroclaw process of a database competes for.
@@ -108,10 +107,11 @@ async fn compete(url: String, role: watch::Sender<Role>, cancel: CancellationTok
                     .await;
             if !matches!(alive, Ok(Ok(_))) {
                 tracing::error!(
-                    "lost the leader lock's database connection; stopping so a supervisor restarts this process"
+                    "lost the leader lock's database connection; no longer leading, competing again"
                 );
-                role.send_replace(Role::Lost);
-                return;
+                role.send_replace(Role::Follower);
+                told_follower = false;
+                break;
             }
         }
     }

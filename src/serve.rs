@@ -92,34 +92,16 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         }
     }
 
-    // The exclusive receivers start once this process leads (at once on SQLite).
-    {
-        let mut role = role.clone();
-        let (stop, tasks) = (stopping.clone(), channel_tasks.clone());
-        let (inbox, messages) = (app.ingress.clone(), messages.clone());
-        channel_tasks.spawn(async move {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                led = role.wait_for(|r| *r == crate::coordination::Role::Leader) => if led.is_err() { return },
-            }
-            for receiver in exclusive {
-                let receiving = receiver.start(ReceiverContext {
-                    inbox: inbox.clone(),
-                    messages: messages.clone(),
-                    shutdown: stop.clone(),
-                });
-                for line in &receiving.description {
-                    tracing::info!("channel enabled: {line}");
-                }
-                if receiving.router.is_some() {
-                    tracing::error!("an exclusive receiver offered routes; they are not mounted");
-                }
-                if let Some(task) = receiving.task {
-                    tasks.spawn(task);
-                }
-            }
-        });
-    }
+    // The exclusive receivers run while this process leads (always on SQLite).
+    channel_tasks.spawn(lead_exclusive(
+        exclusive,
+        role.clone(),
+        ReceiverContext {
+            inbox: app.ingress.clone(),
+            messages: messages.clone(),
+            shutdown: stopping.clone(),
+        },
+    ));
 
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
@@ -146,13 +128,8 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         drain: Duration::from_secs(config.server.shutdown_grace_secs),
     };
     let stop = stopping.clone();
-    let mut lost = role.clone();
     crate::http_server::serve(listener, router, limits, async move {
-        tokio::select! {
-            () = shutdown_signal() => {}
-            // Leading without the lock could double work: stop, let a supervisor restart.
-            _ = lost.wait_for(|r| *r == crate::coordination::Role::Lost) => {}
-        }
+        shutdown_signal().await;
         // End long polls, event streams and channel tasks so the server can drain.
         stop.cancel();
     })
@@ -164,10 +141,54 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     app.shutdown(Duration::from_secs(config.server.shutdown_grace_secs))
         .await;
     tracing::info!("stopped");
-    if *role.borrow() == crate::coordination::Role::Lost {
-        anyhow::bail!("stopped after losing the leader lock's database connection");
-    }
     Ok(())
+}
+
+/// Run the exclusive receivers (Telegram polling, the Discord gateway) whenever this process
+/// leads: started when it becomes the leader, stopped (and awaited) when it loses the lead,
+/// started again when it leads again, until the service stops (`cx.shutdown`).
+async fn lead_exclusive(
+    receivers: Vec<Box<dyn ferroclaw_channel_core::Receiver>>,
+    mut role: tokio::sync::watch::Receiver<crate::coordination::Role>,
+    cx: ReceiverContext,
+) {
+    use crate::coordination::Role;
+    let stop = cx.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            led = role.wait_for(|r| *r == Role::Leader) => if led.is_err() { return },
+        }
+        let leading = stop.child_token();
+        let running = TaskTracker::new();
+        for receiver in &receivers {
+            let receiving = receiver.start(ReceiverContext {
+                inbox: cx.inbox.clone(),
+                messages: cx.messages.clone(),
+                shutdown: leading.clone(),
+            });
+            for line in &receiving.description {
+                tracing::info!("channel enabled: {line}");
+            }
+            if receiving.router.is_some() {
+                tracing::error!("an exclusive receiver offered routes; they are not mounted");
+            }
+            if let Some(task) = receiving.task {
+                running.spawn(task);
+            }
+        }
+        running.close();
+        let lost = tokio::select! {
+            _ = stop.cancelled() => false,
+            follows = role.wait_for(|r| *r != Role::Leader) => follows.is_ok(),
+        };
+        leading.cancel();
+        running.wait().await;
+        if !lost {
+            return;
+        }
+        tracing::warn!("exclusive channels stopped: this process no longer leads");
+    }
 }
 
 async fn shutdown_signal() {

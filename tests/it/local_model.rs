@@ -20,7 +20,7 @@ const LOCAL_512: &str = "[providers.local]\nkind = \"local\"\ncontext_tokens = 5
 #[tokio::test(flavor = "multi_thread")]
 async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
     let home = home_with_model();
-    // Built-in defaults: no config file.
+    // No config file and no API key.
     let dir = tempfile::tempdir().unwrap();
     let (dir_path, home) = (dir.path().to_path_buf(), home.to_str().unwrap().to_string());
     // Read `chat`'s output as it comes: a streamed answer arrives in several writes.
@@ -31,6 +31,12 @@ async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
             .current_dir(&dir_path)
             .env("FERROCLAW_HOME", &home)
             .env("FERROCLAW_OFFLINE", "1")
+            // A short context keeps the answer short on a loaded machine (SmolLM2 may
+            // otherwise ramble for 2,048 tokens, past the request timeout). Naming the
+            // provider replaces the built-in ones, so the model is named too.
+            .env("FERROCLAW__PROVIDERS__LOCAL__KIND", "local")
+            .env("FERROCLAW__PROVIDERS__LOCAL__CONTEXT_TOKENS", "512")
+            .env("FERROCLAW__AGENT__MODEL", "local/smollm2-135m")
             .env_remove("FERROCLAW_LOG")
             .env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")

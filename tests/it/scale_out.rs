@@ -127,6 +127,74 @@ async fn one_process_leads_polling_and_a_follower_takes_over_when_it_dies() {
     assert_eq!(llm.count(), 4);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_that_loses_its_lock_stops_polling_stays_up_and_polls_again_when_it_leads() {
+    use sqlx::Connection;
+    let database = fresh_database().await;
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let cfg = config_with_llm(
+        &llm.url,
+        &format!(
+            "[storage]\nurl = \"{database}\"\n\
+             [channels.telegram]\nenabled = true\ntoken_env = \"FC_TG\"\napi_url = \"{}\"\naccess = \"open\"\npoll_timeout_secs = 2\n",
+            tg.url
+        ),
+    );
+    let work = Workdir::new(&cfg);
+    let service = Service::start(&work, &[("FC_TG", TOKEN)]).await;
+    let polling = "channel enabled: telegram (long polling)";
+    wait_for("the process to lead", Duration::from_secs(20), || async {
+        service.logs().contains(polling).then_some(())
+    })
+    .await;
+    tg.push_message(dm(7, 1, "before"));
+    texts_settle_scale(&tg, &["echo: before"]).await;
+
+    // The database drops the lock's connection (a network cut, a failover, an admin).
+    let mut admin = sqlx::PgConnection::connect(&database).await.unwrap();
+    let cut: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks \
+         WHERE locktype = 'advisory' AND granted AND database = \
+         (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(cut, [true], "one connection held the leader lock");
+
+    // It stops polling, stays up, competes again, leads again and polls again, in-process.
+    wait_for(
+        "polling to stop and start again",
+        Duration::from_secs(20),
+        || async {
+            let logs = service.logs();
+            (logs.contains("exclusive channels stopped: this process no longer leads")
+                && logs.matches(polling).count() == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let (status, body) = service.readyz().await;
+    assert_eq!(status, 200, "{body}");
+    tg.push_message(dm(7, 2, "after"));
+    texts_settle_scale(&tg, &["echo: before", "echo: after"]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        tg.texts(7),
+        ["echo: before", "echo: after"],
+        "each answered once"
+    );
+    assert_eq!(tg.pending_updates(), 0, "every update confirmed");
+}
+
+async fn texts_settle_scale(tg: &TelegramStandIn, expected: &[&str]) {
+    wait_for("the bot's answers", Duration::from_secs(20), || async {
+        (tg.texts(7) == expected).then_some(())
+    })
+    .await;
+}
+
 /// Two `serve` processes on one database (2 s leases) delivering webhook callbacks to one
 /// receiver; the work folders live as long as the processes.
 struct TwoProcesses {

@@ -87,7 +87,9 @@ pub trait Receiver: Send {
     fn exclusive(&self) -> bool {
         false
     }
-    fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving;
+    /// Start receiving until `cx.shutdown`. An exclusive receiver is started again after its
+    /// earlier task ended, when its process leads again.
+    fn start(&self, cx: ReceiverContext) -> Receiving;
 }
 
 /// A read of bot messages that failed; the adapter logs it and answers "unavailable" (the

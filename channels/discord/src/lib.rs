@@ -100,7 +100,7 @@ impl Config {
             receiver: Box::new(Gateway {
                 channel,
                 http,
-                make_http: Box::new(make_http),
+                make_http: Arc::new(make_http),
                 require_mention: self.require_mention_in_guilds,
                 commands: cx.commands,
             }),
@@ -112,7 +112,7 @@ impl Config {
 struct Gateway {
     channel: Arc<DiscordChannel>,
     http: Arc<Http>,
-    make_http: Box<dyn Fn() -> Http + Send + Sync>,
+    make_http: Arc<dyn Fn() -> Http + Send + Sync>,
     require_mention: bool,
     commands: Vec<ChatCommand>,
 }
@@ -123,14 +123,15 @@ impl Receiver for Gateway {
         true
     }
 
-    fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving {
+    fn start(&self, cx: ReceiverContext) -> Receiving {
+        let make_http = self.make_http.clone();
         let shared = Arc::new(gateway::Shared::new(
             cx.inbox,
-            self.channel,
-            self.http,
-            self.make_http,
+            self.channel.clone(),
+            self.http.clone(),
+            Box::new(move || make_http()),
             self.require_mention,
-            self.commands,
+            self.commands.clone(),
             cx.shutdown,
         ));
         Receiving {

@@ -51,17 +51,17 @@ struct Routes {
 
 impl ferroclaw_channel_core::Receiver for Routes {
     fn start(
-        self: Box<Self>,
+        &self,
         cx: ferroclaw_channel_core::ReceiverContext,
     ) -> ferroclaw_channel_core::Receiving {
         ferroclaw_channel_core::Receiving {
             router: Some(routes::router(routes::State {
-                token: self.settings.token,
-                agents: self.settings.agents,
+                token: self.settings.token.clone(),
+                agents: self.settings.agents.clone(),
                 max_body_bytes: self.settings.max_body_bytes,
                 inbox: cx.inbox,
                 log: cx.messages,
-                streams: self.streams,
+                streams: self.streams.clone(),
                 shutdown: cx.shutdown,
             })),
             task: None,

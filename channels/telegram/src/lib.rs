@@ -39,6 +39,7 @@ pub(crate) enum Mode {
 }
 
 /// The section resolved for use: durations, the token, the public URL and the commands.
+#[derive(Clone)]
 pub(crate) struct Settings {
     pub token: SecretString,
     pub api_url: String,
@@ -155,20 +156,20 @@ impl Receiver for Updates {
         self.settings.mode == Mode::Polling
     }
 
-    fn start(self: Box<Self>, cx: ReceiverContext) -> Receiving {
+    fn start(&self, cx: ReceiverContext) -> Receiving {
         let mode = match self.settings.mode {
             Mode::Polling => "long polling",
             Mode::Webhook { .. } => "webhook",
         };
         let webhook = matches!(self.settings.mode, Mode::Webhook { .. });
         let shared = Arc::new(ingress::Shared {
-            bot: self.bot,
-            poll_bot: self.poll_bot,
+            bot: self.bot.clone(),
+            poll_bot: self.poll_bot.clone(),
             inbox: cx.inbox,
             me: OnceLock::new(),
-            webhook_secret: self.webhook_secret,
-            settings: self.settings,
-            channel: self.channel,
+            webhook_secret: self.webhook_secret.clone(),
+            settings: self.settings.clone(),
+            channel: self.channel.clone(),
         });
         Receiving {
             router: webhook.then(|| ingress::router(shared.clone())),

@@ -118,7 +118,7 @@ struct Routes {
 
 impl ferroclaw_channel_core::Receiver for Routes {
     fn start(
-        self: Box<Self>,
+        &self,
         cx: ferroclaw_channel_core::ReceiverContext,
     ) -> ferroclaw_channel_core::Receiving {
         let mut names: Vec<&String> = self.endpoints.keys().collect();
@@ -129,7 +129,7 @@ impl ferroclaw_channel_core::Receiver for Routes {
             .collect();
         ferroclaw_channel_core::Receiving {
             router: Some(router(
-                self.endpoints,
+                self.endpoints.clone(),
                 cx.inbox,
                 cx.messages,
                 self.max_body_bytes,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// One configured webhook name.
+#[derive(Clone)]
 pub struct WebhookEndpoint {
     /// Also the bearer token of the list and event routes.
     pub secret: SecretString,
