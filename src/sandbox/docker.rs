@@ -55,19 +55,27 @@ impl Settings {
             nano_cpus: (sandbox.cpus * 1e9) as i64,
             pids_limit: sandbox.pids_limit,
             docker_host: sandbox.docker_host.clone(),
-            instance: instance_of(&config.agent.workspace, &config.storage.url),
+            instance: instance_of(
+                &config.agent.workspace,
+                &config.storage.url,
+                &config.server.listen,
+            ),
         }
     }
 }
 
-/// A deployment's label value: its workspace and database, hashed (so two deployments on
-/// one engine never remove each other's containers, and a restart finds its own).
-pub fn instance_of(workspace: &str, database: &str) -> String {
+/// A process's label value: its workspace, database, listen address and host, hashed. Two
+/// deployments on one engine, and two processes of one deployment (they listen on different
+/// addresses or hosts), never remove each other's containers; a restarted process (same
+/// settings, same host) finds and removes its own leftovers.
+pub fn instance_of(workspace: &str, database: &str, listen: &str) -> String {
     // Absolute but not canonical: the folder may not exist yet at the first start.
     let workspace = std::path::absolute(workspace)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| workspace.to_string());
-    let digest = Sha256::digest(format!("{workspace}\n{database}").as_bytes());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let digest =
+        Sha256::digest(format!("{workspace}\n{database}\n{listen}\n{}", host.trim()).as_bytes());
     hex::encode(&digest[..8])
 }
 
@@ -435,5 +443,30 @@ impl Sandbox for DockerSandbox {
 
     fn availability(&self) -> Availability {
         self.state.lock().expect("sandbox state").clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::instance_of;
+
+    #[test]
+    fn processes_of_one_deployment_label_their_containers_apart() {
+        let a = instance_of("ws", "postgres://db/x", "0.0.0.0:8787");
+        assert_eq!(
+            a,
+            instance_of("ws", "postgres://db/x", "0.0.0.0:8787"),
+            "a restart"
+        );
+        assert_ne!(
+            a,
+            instance_of("ws", "postgres://db/x", "0.0.0.0:8788"),
+            "a second process"
+        );
+        assert_ne!(
+            a,
+            instance_of("ws", "postgres://db/y", "0.0.0.0:8787"),
+            "another deployment"
+        );
     }
 }
