@@ -9,7 +9,7 @@ use crate::common::metrics::{scrape, value};
 use crate::common::pg::fresh_database;
 use crate::common::receiver::Receiver;
 use crate::common::service::{Service, Workdir, config_with_llm};
-use crate::common::telegram::{TOKEN, TelegramStandIn, dm};
+use crate::common::telegram::{TOKEN, TelegramStandIn, dm, texts_settle};
 use crate::common::wait_for;
 use std::time::Duration;
 
@@ -149,7 +149,7 @@ async fn a_leader_that_loses_its_lock_stops_polling_stays_up_and_polls_again_whe
     })
     .await;
     tg.push_message(dm(7, 1, "before"));
-    texts_settle_scale(&tg, &["echo: before"]).await;
+    texts_settle(&tg, 7, |t| t == ["echo: before"]).await;
 
     // The database drops the lock's connection (a network cut, a failover, an admin).
     let mut admin = sqlx::PgConnection::connect(&database).await.unwrap();
@@ -178,7 +178,7 @@ async fn a_leader_that_loses_its_lock_stops_polling_stays_up_and_polls_again_whe
     let (status, body) = service.readyz().await;
     assert_eq!(status, 200, "{body}");
     tg.push_message(dm(7, 2, "after"));
-    texts_settle_scale(&tg, &["echo: before", "echo: after"]).await;
+    texts_settle(&tg, 7, |t| t == ["echo: before", "echo: after"]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         tg.texts(7),
@@ -186,13 +186,6 @@ async fn a_leader_that_loses_its_lock_stops_polling_stays_up_and_polls_again_whe
         "each answered once"
     );
     assert_eq!(tg.pending_updates(), 0, "every update confirmed");
-}
-
-async fn texts_settle_scale(tg: &TelegramStandIn, expected: &[&str]) {
-    wait_for("the bot's answers", Duration::from_secs(20), || async {
-        (tg.texts(7) == expected).then_some(())
-    })
-    .await;
 }
 
 /// Two `serve` processes on one database (2 s leases) delivering webhook callbacks to one

@@ -5,7 +5,7 @@
 
 use crate::common::llm::{Behaviour, LlmStandIn, last_user};
 use crate::common::service::{Service, Workdir, config_with_llm, run};
-use crate::common::telegram::{TOKEN, TelegramStandIn, dm, group};
+use crate::common::telegram::{TOKEN, TelegramStandIn, dm, group, texts_settle};
 use crate::common::wait_for;
 use std::time::Duration;
 
@@ -19,22 +19,6 @@ fn config(llm: &str, tg: &str, extra: &str) -> String {
 }
 
 const ENV: &[(&str, &str)] = &[("FC_TG_TOKEN", TOKEN)];
-
-async fn texts_settle(
-    tg: &TelegramStandIn,
-    chat: i64,
-    expect: impl Fn(&[String]) -> bool,
-) -> Vec<String> {
-    wait_for(
-        &format!("the bot's messages in chat {chat}"),
-        Duration::from_secs(20),
-        || async {
-            let t = tg.texts(chat);
-            expect(&t).then_some(t)
-        },
-    )
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn direct_messages_groups_and_forum_topics_are_answered_in_the_right_place() {

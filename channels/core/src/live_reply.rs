@@ -84,9 +84,25 @@ impl LiveReplies {
         live.shown(text, id);
     }
 
-    /// End the stream answering `reply` (the final reply takes it over): this process's,
-    /// else a preview an earlier attempt left, if any.
-    pub async fn take(&self, chat: &str, reply: &str) -> Option<SharedLiveReply> {
+    /// The final reply answering `reply` takes the stream over: the preview message to put
+    /// its first piece in and whether that text must change (see [`LiveReply::settle`]).
+    /// None: nothing was shown, here or by an earlier attempt; the reply is sent fresh.
+    /// After the reply is delivered, call [`LiveReplies::finished`].
+    pub async fn settle_final(
+        &self,
+        chat: &str,
+        reply: &str,
+        first_piece: &str,
+        interval: Duration,
+    ) -> Option<(String, bool)> {
+        let stream = self.take(chat, reply).await?;
+        let live = stream.lock().await;
+        live.settle(first_piece, interval).await
+    }
+
+    /// End the stream answering `reply`: this process's, else a preview an earlier attempt
+    /// left, if any.
+    async fn take(&self, chat: &str, reply: &str) -> Option<SharedLiveReply> {
         let ours = self
             .open
             .lock()

@@ -249,26 +249,22 @@ impl Channel for DiscordChannel {
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
             && let Some(reply_to) = &message.in_reply_to
-            && let Some(stream) = self.streams.take(&stream_key, reply_to).await
+            && let Some((shown, edit)) = self
+                .streams
+                .settle_final(&stream_key, reply_to, &pieces[0], self.edit_interval)
+                .await
         {
             streamed = Some(reply_to);
-            let settled = stream
-                .lock()
-                .await
-                .settle(&pieces[0], self.edit_interval)
-                .await;
-            if let Some((shown, edit)) = settled {
-                let shown = MessageId::new(id(&shown, "message")?);
-                let kept = !edit
-                    || match self.edit(target, shown, &pieces[0]).await {
-                        Ok(()) => true,
-                        // The preview was deleted in the chat: the reply is sent fresh.
-                        Err(DeliveryError::Rejected(_)) => false,
-                        Err(e) => return Err(e),
-                    };
-                if kept {
-                    sent.push(shown);
-                }
+            let shown = MessageId::new(id(&shown, "message")?);
+            let kept = !edit
+                || match self.edit(target, shown, &pieces[0]).await {
+                    Ok(()) => true,
+                    // The preview was deleted in the chat: the reply is sent fresh.
+                    Err(DeliveryError::Rejected(_)) => false,
+                    Err(e) => return Err(e),
+                };
+            if kept {
+                sent.push(shown);
             }
         }
         let sent = self.send_pieces(target, message, &pieces, sent).await?;

@@ -237,17 +237,18 @@ impl Channel for TelegramChannel {
         if sent.is_empty()
             && message.kind == OutboundKind::Reply
             && let Some(reply_to) = &message.in_reply_to
-            && let Some(stream) = self.streams.take(&message.route.chat_id, reply_to).await
+            && let Some((shown, edit)) = self
+                .streams
+                .settle_final(
+                    &message.route.chat_id,
+                    reply_to,
+                    &pieces[0],
+                    self.edit_interval,
+                )
+                .await
         {
             streamed = Some(reply_to);
-            let settled = stream
-                .lock()
-                .await
-                .settle(&pieces[0], self.edit_interval)
-                .await;
-            if let Some((shown, edit)) = settled
-                && let Ok(shown) = shown.parse::<i32>().map(MessageId)
-            {
+            if let Ok(shown) = shown.parse::<i32>().map(MessageId) {
                 let kept = !edit
                     || match self.edit_piece(chat_id, shown, &pieces[0]).await {
                         Ok(()) => true,

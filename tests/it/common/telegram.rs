@@ -341,3 +341,20 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
         other => fail(404, &format!("Not Found: method {other}"), None),
     }
 }
+
+/// The bot's messages in `chat` once `expect` holds (20 s at most).
+pub async fn texts_settle(
+    tg: &TelegramStandIn,
+    chat: i64,
+    expect: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    crate::common::wait_for(
+        &format!("the bot's messages in chat {chat}"),
+        Duration::from_secs(20),
+        || async {
+            let t = tg.texts(chat);
+            expect(&t).then_some(t)
+        },
+    )
+    .await
+}
