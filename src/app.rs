@@ -303,15 +303,20 @@ impl App {
         })
     }
 
-    /// Queue the journal entries left unanswered by an earlier run (for this app's channels),
-    /// then announce the subagent runs it left unfinished as interrupted.
+    /// Resume the subagent runs an earlier run left unfinished, then queue the journal
+    /// entries it left unanswered (for this app's channels).
     pub async fn recover(&self) -> anyhow::Result<usize> {
         let names: Vec<String> = self.channels.keys().cloned().collect();
-        let pending = self.ingress.recover(&names).await?;
+        // Runs first: a redone turn's `delegate` finds the run its first attempt started.
         let runs = self.subagents.recover(&names).await?;
+        let pending = self.ingress.recover(&names).await?;
         self.subagents.keep_leases(names.clone());
-        if runs > 0 {
-            tracing::info!(runs, "announced subagent runs interrupted by the last stop");
+        if runs != crate::subagents::Recovered::default() {
+            tracing::info!(
+                resumed = runs.resumed,
+                interrupted = runs.interrupted,
+                "took over subagent runs the last stop left unfinished"
+            );
         }
         Ok(pending)
     }

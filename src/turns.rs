@@ -77,10 +77,11 @@ impl TurnHandler {
             .store
             .session_get_or_create(&entry.session_key, route, crate::clock::now_ms())
             .await?;
+        let effects = crate::storage::effects_key(entry.id);
         let input = TurnInput {
             route,
             message_id: &entry.message.platform_message_id,
-            journal: Some((entry.id, entry.redo)),
+            effects: Some((&effects, entry.redo)),
             sender: Some(&entry.message.sender.id),
             attachments: &entry.message.attachments,
             images: &[],
@@ -113,6 +114,7 @@ impl TurnHandler {
             session_key: entry.session_key.clone(),
             epoch: session.epoch,
             clear_effects: entry.redo || called_tools,
+            run_step: None,
             entries: output.entries,
             outbound: output
                 .outbound
@@ -261,6 +263,7 @@ impl TurnHandler {
             last_model: None,
             now_ms: crate::clock::now_ms(),
             clear_effects: entry.redo,
+            run_step: None,
         };
         match self.commit_durably(&commit).await {
             Ok(()) | Err(StoreError::AlreadyAnswered(_)) => {}

@@ -130,15 +130,17 @@ fn plan_request(args: &str, default: crate::plan::PlanMode) -> PlanRequest<'_> {
     PlanRequest::Task(default, args)
 }
 
-/// What a model turn works from: the chat it answers in and the message it answers, and
-/// for a user's turn the journal entry (id, redo) whose side effects are recorded. Not a
-/// journal row: a subagent's turns have none.
+/// What a model turn works from: the chat it answers in, the message it answers, and where
+/// its side effects are recorded (a user's journal entry, a subagent's step). Not a journal
+/// row: a subagent's turns have none.
 #[derive(Clone, Copy)]
 pub struct TurnInput<'a> {
     pub route: &'a ChatRoute,
     /// The platform id of the message answered (streamed previews and replies refer to it).
     pub message_id: &'a str,
-    pub journal: Option<(i64, bool)>,
+    /// The key the turn's side effects are recorded under (`storage::effects_key`,
+    /// `storage::run_effects_key`) and whether this is a redo that replays them.
+    pub effects: Option<(&'a str, bool)>,
     /// Who sent the message answered (a person's id; None for a subagent's step).
     pub sender: Option<&'a str>,
     /// Files that came with the message (fetched and read before the model is called).
@@ -598,11 +600,9 @@ impl Engine {
             store: self.store.clone(),
             outbox: self.outbox.clone(),
             plan,
-            // Only a user's turn is redone after a crash (a subagent's turn is not journalled).
             effects: input
-                .journal
-                .filter(|_| persona.is_none_or(|p| p.depth == 0))
-                .map(|(id, redo)| crate::tools::EffectLog::for_journal_entry(id, redo)),
+                .effects
+                .map(|(key, redo)| crate::tools::EffectLog::new(key, redo)),
             time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
             exec: persona.and_then(|p| p.exec.clone()),
             progress: persona.and_then(|p| p.progress.clone()),

@@ -267,6 +267,17 @@ pub trait RunStore: Send + Sync {
     async fn runs_unannounced(&self, expired_at: Option<i64>) -> StoreResult<Vec<RunRow>>;
     /// Extend the lease of live runs `ids` (the process running them).
     async fn runs_lease(&self, ids: &[String], until_ms: i64) -> StoreResult<()>;
+    /// Take a run over to start it (again): only an unannounced run whose lease, with
+    /// `expired_at`, ended before then; sets its lease to `lease_until` and counts the start.
+    /// Returns how many times it has now been started, or None when it is not this caller's.
+    async fn run_claim(
+        &self,
+        id: &str,
+        expired_at: Option<i64>,
+        lease_until: Option<i64>,
+    ) -> StoreResult<Option<i64>>;
+    /// The run starts step `step` with `input` (resumed from there if its process dies).
+    async fn run_set_step(&self, id: &str, step: i64, input: &str) -> StoreResult<()>;
     /// Set a run's state (e.g. running) and, when given, its start time and status message.
     async fn run_set_state(
         &self,

@@ -109,6 +109,10 @@ macro_rules! impl_store {
                     created_at: row.try_get("created_at")?,
                     started_at: row.try_get("started_at")?,
                     ended_at: row.try_get("ended_at")?,
+                    spec: row.try_get("spec")?,
+                    step: row.try_get("step")?,
+                    step_input: row.try_get("step_input")?,
+                    starts: row.try_get("starts")?,
                 })
             }
 
@@ -477,6 +481,17 @@ macro_rules! impl_store {
                             .await?;
                     }
                 }
+                if let Some((run_id, step)) = &turn.run_step {
+                    sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
+                        .bind($crate::storage::run_effects_key(run_id, *step))
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("UPDATE runs SET step_input = NULL WHERE id = $1 AND step = $2")
+                        .bind(run_id)
+                        .bind(step)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 if !turn.entries.is_empty() {
                     // One statement for all of the turn's transcript entries.
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
@@ -795,7 +810,8 @@ macro_rules! impl_store {
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
                 sqlx::query(
                     "INSERT INTO runs (id, parent_session, origin_route, origin_message, depth, label, task, model, mode, \
-                     state, created_at, agent) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
+                     state, created_at, agent, spec, step, step_input, starts) \
+                     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
                 )
                 .bind(&run.id)
                 .bind(&run.parent_session)
@@ -809,6 +825,10 @@ macro_rules! impl_store {
                 .bind(run.state.as_str())
                 .bind(run.created_at)
                 .bind(&run.agent)
+                .bind(&run.spec)
+                .bind(run.step)
+                .bind(&run.step_input)
+                .bind(run.starts)
                 .execute(&self.write)
                 .await?;
                 Ok(())
@@ -862,6 +882,31 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            async fn run_claim(&self, id: &str, expired_at: Option<i64>, lease_until: Option<i64>) -> $crate::storage::StoreResult<Option<i64>> {
+                // One UPDATE: of two processes claiming at once, the second finds the lease
+                // the first set (PostgreSQL re-reads the row after the first commits).
+                let starts: Option<i64> = sqlx::query_scalar(
+                    "UPDATE runs SET starts = starts + 1, lease_until = $3 WHERE id = $1 AND announced = 0 \
+                     AND ($2 IS NULL OR lease_until IS NULL OR lease_until < $2) RETURNING starts",
+                )
+                .bind(id)
+                .bind(expired_at)
+                .bind(lease_until)
+                .fetch_optional(&self.write)
+                .await?;
+                Ok(starts)
+            }
+
+            async fn run_set_step(&self, id: &str, step: i64, input: &str) -> $crate::storage::StoreResult<()> {
+                sqlx::query("UPDATE runs SET step = $2, step_input = $3 WHERE id = $1 AND announced = 0")
+                    .bind(id)
+                    .bind(step)
+                    .bind(input)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
             async fn run_set_state(&self, id: &str, state: $crate::storage::RunState, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {
                 sqlx::query("UPDATE runs SET state = $2, started_at = COALESCE($3, started_at) WHERE id = $1 AND announced = 0")
                     .bind(id)
@@ -898,6 +943,14 @@ macro_rules! impl_store {
                 if ended.rows_affected() != 1 {
                     return Ok($crate::storage::RunFinished::AlreadyAnnounced);
                 }
+                // Side effects recorded by steps that never committed (a kill, a timeout):
+                // the run will not be resumed, so they are no longer needed. A key range, so
+                // the primary key's index serves it (`;` follows `:`).
+                sqlx::query("DELETE FROM tool_effects WHERE turn_key >= $1 AND turn_key < $2")
+                    .bind(format!("r{}:", finish.run_id))
+                    .bind(format!("r{};", finish.run_id))
+                    .execute(&mut *tx)
+                    .await?;
                 let session_key: String = sqlx::query_scalar("SELECT parent_session FROM runs WHERE id = $1")
                     .bind(&finish.run_id)
                     .fetch_one(&mut *tx)

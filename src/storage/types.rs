@@ -9,6 +9,11 @@ pub fn effects_key(journal_id: i64) -> String {
     format!("j{journal_id}")
 }
 
+/// The key under which the side effects of a subagent run's step are recorded.
+pub fn run_effects_key(run_id: &str, step: i64) -> String {
+    format!("r{run_id}:{step}")
+}
+
 /// One journalled inbound message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalEntry {
@@ -95,6 +100,9 @@ pub struct TurnCommit {
     /// Drop the side effects recorded for the journal entry's turn (it called tools, or was
     /// redone); a turn without tool calls skips the statement.
     pub clear_effects: bool,
+    /// A subagent's step (run id, step number): its recorded side effects are dropped and
+    /// the run is marked as past that step, in the same transaction.
+    pub run_step: Option<(String, i64)>,
 }
 
 /// One outbox row.
@@ -162,6 +170,15 @@ pub struct RunRow {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
+    /// What the run runs with, as the subagent registry wrote it (JSON; None for a run
+    /// stored before runs could be resumed).
+    pub spec: Option<String>,
+    /// The step it is on (1 for the task).
+    pub step: i64,
+    /// That step's input while it runs; None once the step committed.
+    pub step_input: Option<String>,
+    /// How many times a process started it.
+    pub starts: i64,
 }
 
 /// What `Store::run_finish` did.

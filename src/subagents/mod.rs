@@ -10,11 +10,13 @@
 
 mod hook;
 mod progress;
+mod resume;
 mod runner;
 mod texts;
 
 pub use hook::Hook;
 pub use progress::RunProgress;
+pub use resume::{MAX_RUN_STARTS, Recovered};
 
 use crate::config::SubagentsConfig;
 use crate::engine::Engine;
@@ -48,8 +50,19 @@ pub(crate) struct RunSpec {
     pub sandbox: bool,
     pub timeout: Duration,
     pub depth: u32,
-    pub scope: SpawnScope,
+    pub origin: RunOrigin,
     pub status_message: Option<i64>,
+    /// A new run, or one a restart or another process resumes.
+    pub start: resume::Start,
+}
+
+/// Where a run belongs: the session that spawned it and the chat thread its status message
+/// and outcome are posted in.
+#[derive(Clone)]
+pub(crate) struct RunOrigin {
+    pub parent_session: String,
+    pub route: ferroclaw_channel_core::ChatRoute,
+    pub message: Option<String>,
 }
 
 /// A live run as the registry tracks it.
@@ -62,6 +75,9 @@ pub(crate) struct LiveRun {
     pub waiter: AtomicU8,
     pub parent_session: String,
     pub label: String,
+    pub task: String,
+    /// Resumed after a stop (a redone `delegate` may wait for it again).
+    pub resumed: bool,
     pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
     pub steer: mpsc::UnboundedSender<String>,
@@ -69,6 +85,44 @@ pub(crate) struct LiveRun {
     pub reports: mpsc::UnboundedSender<String>,
     /// What it is doing now (the tools of its current step), for the status page.
     pub activity: Arc<Mutex<String>>,
+}
+
+/// What names a run (from a spawn request, or a stored row being resumed).
+pub(crate) struct RunRef<'a> {
+    pub id: &'a str,
+    pub agent: &'a str,
+    pub parent_session: &'a str,
+    pub label: &'a str,
+    pub task: &'a str,
+}
+
+/// The receiving ends of a live run's `steer` and `reports` channels (its task reads them).
+pub(crate) type RunInputs = (
+    mpsc::UnboundedReceiver<String>,
+    mpsc::UnboundedReceiver<String>,
+);
+
+impl LiveRun {
+    /// A queued run with `waiter` set, and the channels its task reads.
+    pub(crate) fn new(run: RunRef<'_>, waiter: u8, resumed: bool) -> (Arc<Self>, RunInputs) {
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        let live = Arc::new(LiveRun {
+            id: run.id.to_string(),
+            agent: run.agent.to_string(),
+            waiter: AtomicU8::new(waiter),
+            parent_session: run.parent_session.to_string(),
+            label: run.label.to_string(),
+            task: run.task.to_string(),
+            resumed,
+            state: watch::channel(RunState::Queued).0,
+            cancel: CancellationToken::new(),
+            steer: steer_tx,
+            reports: reports_tx,
+            activity: Arc::new(Mutex::new(String::new())),
+        });
+        (live, (steer_rx, reports_rx))
+    }
 }
 
 /// `LiveRun::waiter`: nobody waits; the outcome is announced and starts a parent turn.
@@ -136,8 +190,8 @@ impl Registry {
         })
     }
 
-    /// Leased mode: keep this process's live runs leased, and announce as interrupted the
-    /// runs of `channels` whose lease expired (their process died), every third of a lease.
+    /// Leased mode: keep this process's live runs leased, and take over the runs of
+    /// `channels` whose lease expired (their process died), every third of a lease.
     pub fn keep_leases(self: &Arc<Self>, channels: Vec<String>) {
         let Some(lease) = self.lease else { return };
         let registry = self.clone();
@@ -159,10 +213,14 @@ impl Registry {
                     tracing::warn!(error = %err, "could not renew subagent run leases");
                 }
                 match registry.recover(&channels).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(
-                        runs = n,
-                        "announced subagent runs of a process that stopped"
+                    Ok(resume::Recovered {
+                        resumed: 0,
+                        interrupted: 0,
+                    }) => {}
+                    Ok(done) => tracing::info!(
+                        resumed = done.resumed,
+                        interrupted = done.interrupted,
+                        "took over subagent runs of a process that stopped"
                     ),
                     Err(err) => {
                         tracing::warn!(error = %err, "could not take over expired subagent runs")
@@ -199,6 +257,9 @@ impl Registry {
         scope: &SpawnScope,
         request: SpawnRequest,
     ) -> Result<Spawned, SpawnError> {
+        if let Some(resumed) = self.reattach(scope, &request) {
+            return Ok(resumed);
+        }
         let max_depth = self.config.max_depth;
         let per_turn = self.config.max_spawns_per_turn;
         if scope
@@ -309,20 +370,17 @@ impl Registry {
             .unwrap_or_else(|| format!("subagent {}", &id[..4]));
         // Reserve the child's place before anything awaits: calls that arrive together must
         // not all pass the `max_children` check.
-        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
-        let live = Arc::new(LiveRun {
-            id: id.clone(),
-            agent: agent.id.clone(),
-            waiter: AtomicU8::new(if request.waited { WAITED } else { DETACHED }),
-            parent_session: scope.parent_session.clone(),
-            label: label.clone(),
-            state: watch::channel(RunState::Queued).0,
-            cancel: CancellationToken::new(),
-            steer: steer_tx,
-            reports: reports_tx,
-            activity: Arc::new(Mutex::new(String::new())),
-        });
+        let (live, inputs) = LiveRun::new(
+            RunRef {
+                id: &id,
+                agent: &agent.id,
+                parent_session: &scope.parent_session,
+                label: &label,
+                task: &request.task,
+            },
+            if request.waited { WAITED } else { DETACHED },
+            false,
+        );
         {
             let mut runs = self.live.lock().expect("registry lock");
             let siblings = runs
@@ -344,6 +402,25 @@ impl Registry {
             "sandbox": request.sandbox});
         self.hook.allow(&event).await.map_err(SpawnError::Refused)?;
 
+        let system = request.system_prompt.clone().unwrap_or_else(|| {
+            if other_agent {
+                agent.system_prompt.clone()
+            } else {
+                scope.parent_system.clone()
+            }
+        });
+        let timeout = Duration::from_secs(
+            request
+                .timeout_secs
+                .unwrap_or(self.config.run_timeout_secs)
+                .max(1),
+        );
+        let stored_spec = resume::StoredSpec {
+            system: system.clone(),
+            tools: tools.clone(),
+            sandbox: request.sandbox,
+            timeout_secs: timeout.as_secs(),
+        };
         let now = crate::clock::now_ms();
         let row = RunRow {
             id: id.clone(),
@@ -367,6 +444,10 @@ impl Registry {
             created_at: now,
             started_at: None,
             ended_at: None,
+            spec: Some(stored_spec.to_json()),
+            step: 1,
+            step_input: Some(request.task.clone()),
+            starts: 1,
         };
         let stored = |e: StoreError| SpawnError::Store(e.to_string());
         self.store.run_insert(&row).await.map_err(stored)?;
@@ -377,8 +458,17 @@ impl Registry {
                 .await
                 .map_err(stored)?;
         }
+        let origin = RunOrigin {
+            parent_session: scope.parent_session.clone(),
+            route: scope.origin.clone(),
+            message: scope.origin_message.clone(),
+        };
         let status_message = self
-            .post_status(scope, None, texts::status(&label, RunState::Queued.word()))
+            .post_status(
+                &origin,
+                None,
+                texts::status(&label, RunState::Queued.word()),
+            )
             .await
             .map_err(stored)?;
         self.store
@@ -391,49 +481,20 @@ impl Registry {
             id: id.clone(),
             label: label.clone(),
             task: request.task,
-            system: request.system_prompt.unwrap_or_else(|| {
-                if other_agent {
-                    agent.system_prompt.clone()
-                } else {
-                    scope.parent_system.clone()
-                }
-            }),
+            system,
             agent: agent.clone(),
             model,
             tools,
             session_mode: request.session_mode,
             sandbox: request.sandbox,
-            timeout: Duration::from_secs(
-                request
-                    .timeout_secs
-                    .unwrap_or(self.config.run_timeout_secs)
-                    .max(1),
-            ),
+            timeout,
             depth,
-            scope: scope.clone(),
+            origin,
             status_message: Some(status_message),
+            start: resume::Start::New,
         };
         tracing::info!(run_id = %id, label = %label, agent = %agent.id, depth, parent = %scope.parent_session, "subagent spawned");
-        let run = runner::run(
-            self.clone(),
-            live,
-            spec,
-            (steer_rx, reports_rx),
-            self.slots.clone(),
-        );
-        let registry = self.clone();
-        let run_id = id.clone();
-        self.tracker.spawn(async move {
-            // A bug in one child must not leave it "live" forever; its row stays unannounced
-            // and is reported as interrupted on the next start.
-            if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run))
-                .await
-                .is_err()
-            {
-                tracing::error!(run_id = %run_id, "subagent task panicked");
-                registry.forget(&run_id);
-            }
-        });
+        self.launch(live, spec, inputs);
         let hook = self.hook.clone();
         let spawned = json!({"event": "spawned", "run_id": id, "label": label, "parent_session": scope.parent_session});
         if hook.configured() {
@@ -447,22 +508,65 @@ impl Registry {
         })
     }
 
+    /// A waiting `delegate` in a turn redone after a stop: the run its first attempt started,
+    /// resumed here, is waited for again instead of starting the same work twice.
+    fn reattach(&self, scope: &SpawnScope, request: &SpawnRequest) -> Option<Spawned> {
+        if !request.waited {
+            return None;
+        }
+        let agent = request.agent_id.as_deref().unwrap_or(&scope.agent.id);
+        let live = self.live.lock().expect("registry lock");
+        let run = live.values().find(|r| {
+            r.resumed
+                && r.parent_session == scope.parent_session
+                && r.agent == agent
+                && r.task == request.task
+                && r.waiter
+                    .compare_exchange(DETACHED, WAITED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+        })?;
+        tracing::info!(run_id = %run.id, "a redone delegate waits for the run it started before the stop");
+        Some(Spawned {
+            session_key: Self::session_key(&run.agent, &run.id),
+            run_id: run.id.clone(),
+            status: "accepted",
+        })
+    }
+
+    /// Run a registered child's task (new or resumed) under the registry's tracker.
+    fn launch(self: &Arc<Self>, live: Arc<LiveRun>, spec: RunSpec, inputs: RunInputs) {
+        let run_id = spec.id.clone();
+        let run = runner::run(self.clone(), live, spec, inputs, self.slots.clone());
+        let registry = self.clone();
+        self.tracker.spawn(async move {
+            // A bug in one child must not leave it "live" forever; its row stays unannounced
+            // and is resumed (or, past its starts, reported as interrupted) on the next start.
+            if futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run))
+                .await
+                .is_err()
+            {
+                tracing::error!(run_id = %run_id, "subagent task panicked");
+                registry.forget(&run_id);
+            }
+        });
+    }
+
     /// Post a status message for a run (a new one, or an edit of `edit_of`).
     pub(crate) async fn post_status(
         &self,
-        scope: &SpawnScope,
+        origin: &RunOrigin,
         edit_of: Option<i64>,
         text: String,
     ) -> Result<i64, StoreError> {
         let message = NewOutbound {
-            route: scope.origin.clone(),
+            route: origin.route.clone(),
             kind: OutboundKind::Status,
             text,
-            in_reply_to: scope.origin_message.clone(),
+            in_reply_to: origin.message.clone(),
             edit_of,
             file: None,
         };
-        crate::outbox::post(&*self.store, &self.outbox, &scope.parent_session, message).await
+        crate::outbox::post(&*self.store, &self.outbox, &origin.parent_session, message).await
     }
 
     /// Hand a child's outcome to the live run whose session spawned it (a subagent's own
@@ -534,37 +638,8 @@ impl Registry {
             .collect()
     }
 
-    /// Announce runs a previous process left unfinished, as interrupted (once each).
-    /// Only runs whose origin chat is on one of `channels` (this process can deliver there).
-    pub async fn recover(&self, channels: &[String]) -> Result<usize, StoreError> {
-        // Leased mode: only runs no live process holds (and none of ours).
-        let expired = self.lease.map(|_| crate::clock::now_ms());
-        let rows = self.store.runs_unannounced(expired).await?;
-        let rows: Vec<_> = {
-            let live = self.live.lock().expect("registry lock");
-            rows.into_iter()
-                .filter(|r| !live.contains_key(&r.id))
-                .collect()
-        };
-        let mut n = 0;
-        for row in rows
-            .into_iter()
-            .filter(|r| channels.contains(&r.origin_route.channel))
-        {
-            n += 1;
-            runner::finish(
-                self,
-                &(&row).into(),
-                RunState::Interrupted,
-                "The service restarted while this subagent ran; it did not finish.".into(),
-            )
-            .await?;
-        }
-        Ok(n)
-    }
-
-    /// Stop every run without announcing it (a restart reports them as interrupted) and
-    /// wait for their tasks (shutdown).
+    /// Stop every run without announcing it (a restart resumes them) and wait for their
+    /// tasks (shutdown).
     pub async fn shutdown(&self) {
         self.tracker.close();
         self.cancel.cancel();

@@ -1,8 +1,9 @@
 //! A running child's status message, edited as it works (current tool).
 
+use super::RunOrigin;
 use super::texts;
 use crate::outbox::OutboxNotifier;
-use crate::spawn::{SpawnScope, StepObserver};
+use crate::spawn::StepObserver;
 use crate::storage::{NewOutbound, Store};
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 pub struct RunProgress {
     store: Arc<dyn Store>,
     outbox: OutboxNotifier,
-    scope: SpawnScope,
+    origin: RunOrigin,
     label: String,
     status_message: Option<i64>,
     last: Mutex<String>,
@@ -29,10 +30,10 @@ const OUTPUT_LINES: usize = 5;
 const OUTPUT_EVERY: Duration = Duration::from_secs(1);
 
 impl RunProgress {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         outbox: OutboxNotifier,
-        scope: SpawnScope,
+        origin: RunOrigin,
         label: String,
         status_message: Option<i64>,
         activity: Arc<Mutex<String>>,
@@ -40,7 +41,7 @@ impl RunProgress {
         RunProgress {
             store,
             outbox,
-            scope,
+            origin,
             label,
             status_message,
             last: Mutex::new(String::new()),
@@ -62,15 +63,20 @@ impl RunProgress {
             last.clone_from(&text);
         }
         let edit = NewOutbound {
-            route: self.scope.origin.clone(),
+            route: self.origin.route.clone(),
             kind: OutboundKind::Status,
             text,
-            in_reply_to: self.scope.origin_message.clone(),
+            in_reply_to: self.origin.message.clone(),
             edit_of: Some(id),
             file: None,
         };
-        if let Err(e) =
-            crate::outbox::post(&*self.store, &self.outbox, &self.scope.parent_session, edit).await
+        if let Err(e) = crate::outbox::post(
+            &*self.store,
+            &self.outbox,
+            &self.origin.parent_session,
+            edit,
+        )
+        .await
         {
             tracing::warn!(error = %e, "could not update a subagent's status message");
         }

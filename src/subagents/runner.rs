@@ -1,7 +1,10 @@
 //! Running one child: wait for a slot (FIFO), run its tool loop in its own session with its
 //! own prompt, model and tools, take `steer` instructions, respect the timeout and `kill`,
-//! then finish: announce once and tell the parent.
+//! then finish: announce once and tell the parent. Each step is recorded in the run's row
+//! before it runs (so another process can resume it, `resume.rs`) and its side effects
+//! under the step's key (so a resumed step does not repeat them).
 
+use super::resume::Start;
 use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
 use crate::engine::{Persona, TurnInput};
 use crate::storage::{
@@ -23,7 +26,7 @@ enum Outcome {
     Shutdown,
 }
 
-#[tracing::instrument(name = "subagent", skip_all, fields(run_id = %spec.id, parent = %spec.scope.parent_session))]
+#[tracing::instrument(name = "subagent", skip_all, fields(run_id = %spec.id, parent = %spec.origin.parent_session))]
 pub(crate) async fn run(
     registry: Arc<Registry>,
     live: Arc<LiveRun>,
@@ -43,10 +46,11 @@ pub(crate) async fn run(
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        let now = crate::clock::now_ms();
+        // A resumed run keeps the time it first started.
+        let started = (spec.start == Start::New).then(crate::clock::now_ms);
         if let Err(e) = registry
             .store
-            .run_set_state(&spec.id, RunState::Running, Some(now))
+            .run_set_state(&spec.id, RunState::Running, started)
             .await
         {
             tracing::warn!(run_id = %spec.id, error = %e, "could not mark the run running");
@@ -111,9 +115,9 @@ pub(crate) async fn run(
                 to_waiter,
                 id: &spec.id,
                 label: &spec.label,
-                parent_session: &spec.scope.parent_session,
-                origin_route: &spec.scope.origin,
-                origin_message: spec.scope.origin_message.as_deref(),
+                parent_session: &spec.origin.parent_session,
+                origin_route: &spec.origin.route,
+                origin_message: spec.origin.message.as_deref(),
                 depth: i64::from(spec.depth),
                 status_message: spec.status_message,
             };
@@ -170,7 +174,7 @@ async fn execute(
     let progress = Arc::new(RunProgress::new(
         registry.store.clone(),
         registry.outbox.clone(),
-        spec.scope.clone(),
+        spec.origin.clone(),
         spec.label.clone(),
         spec.status_message,
         activity,
@@ -190,76 +194,99 @@ async fn execute(
         exec,
         model: spec.model.clone(),
         depth: spec.depth,
-        origin: Some((spec.scope.origin.clone(), spec.scope.origin_message.clone())),
+        origin: Some((spec.origin.route.clone(), spec.origin.message.clone())),
         progress: Some(progress),
         // Its own children (below subagents.max_depth) are spawned through the same registry.
         spawner: Some(Arc::new(registry.clone())),
     };
-    let mut text = spec.task.clone();
-    let mut step = 0u32;
+    // The next step's input (None: between steps); whether that input is already in the
+    // run's row, and whether the step is a redo (its recorded side effects are replayed).
+    let (mut step, mut pending, mut recorded, mut redo) = match &spec.start {
+        Start::New => (1, Some(spec.task.clone()), true, false),
+        Start::Resumed {
+            step,
+            input: Some(input),
+        } => (*step, Some(input.clone()), true, true),
+        // The step had committed: take up after it, its reply being the result so far.
+        Start::Resumed { step, input: None } => (*step + 1, None, false, false),
+    };
+    let mut reply = match pending {
+        Some(_) => String::new(),
+        None => last_reply(registry, &key, session.epoch).await,
+    };
+    let mut failed = false;
     loop {
-        step += 1;
-        let message_id = format!("{}:{step}", spec.id);
-        let input = TurnInput {
-            route: &route,
-            message_id: &message_id,
-            journal: None,
-            sender: None,
-            attachments: &[],
-            images: &[],
-            mention_names: &[],
-        };
-        let stop = CancellationToken::new();
-        let (output, steered) = {
-            let turn = engine.run_child_turn(&input, &mut session, &stop, &text, &persona);
-            tokio::pin!(turn);
-            tokio::select! {
-                output = &mut turn => (output, None),
-                Some(message) = steer.recv() => {
-                    stop.cancel();
-                    (turn.await, Some(message))
+        if let Some(input) = pending.take() {
+            if !recorded && let Err(e) = registry.store.run_set_step(&spec.id, step, &input).await {
+                tracing::warn!(run_id = %spec.id, error = %e, "could not record the run's step");
+            }
+            let message_id = format!("{}:{step}", spec.id);
+            let effects = crate::storage::run_effects_key(&spec.id, step);
+            let turn_input = TurnInput {
+                route: &route,
+                message_id: &message_id,
+                effects: Some((&effects, redo)),
+                sender: None,
+                attachments: &[],
+                images: &[],
+                mention_names: &[],
+            };
+            let stop = CancellationToken::new();
+            let (output, steered) = {
+                let turn =
+                    engine.run_child_turn(&turn_input, &mut session, &stop, &input, &persona);
+                tokio::pin!(turn);
+                tokio::select! {
+                    output = &mut turn => (output, None),
+                    Some(message) = steer.recv() => {
+                        stop.cancel();
+                        (turn.await, Some(message))
+                    }
                 }
+            };
+            let output = match output {
+                Ok(output) => output,
+                Err(e) => {
+                    return Outcome::Ended {
+                        state: RunState::Failed,
+                        result: format!("storage failed: {e}"),
+                    };
+                }
+            };
+            (reply, failed) = output.final_text();
+            let epoch = session.epoch;
+            if let Err(e) = registry
+                .store
+                .commit_turn(&TurnCommit {
+                    journal_id: None,
+                    session_key: key.clone(),
+                    epoch,
+                    entries: output.entries,
+                    outbound: Vec::new(),
+                    tokens_in: output.tokens_in,
+                    tokens_out: output.tokens_out,
+                    last_model: output.model,
+                    now_ms: crate::clock::now_ms(),
+                    clear_effects: false,
+                    run_step: Some((spec.id.clone(), step)),
+                })
+                .await
+            {
+                tracing::warn!(run_id = %spec.id, error = %e, "could not save the child's transcript");
             }
-        };
-        let output = match output {
-            Ok(output) => output,
-            Err(e) => {
-                return Outcome::Ended {
-                    state: RunState::Failed,
-                    result: format!("storage failed: {e}"),
-                };
+            step += 1;
+            (recorded, redo) = (false, false);
+            if let Some(message) = steered {
+                pending = Some(format!(
+                    "[New instruction from the parent agent; it replaces what you were doing] {message}"
+                ));
+                continue;
             }
-        };
-        let (reply, failed) = output.final_text();
-        let epoch = session.epoch;
-        if let Err(e) = registry
-            .store
-            .commit_turn(&TurnCommit {
-                journal_id: None,
-                session_key: key.clone(),
-                epoch,
-                entries: output.entries,
-                outbound: Vec::new(),
-                tokens_in: output.tokens_in,
-                tokens_out: output.tokens_out,
-                last_model: output.model,
-                now_ms: crate::clock::now_ms(),
-                clear_effects: false,
-            })
-            .await
-        {
-            tracing::warn!(run_id = %spec.id, error = %e, "could not save the child's transcript");
         }
-        if let Some(message) = steered {
-            text = format!(
-                "[New instruction from the parent agent; it replaces what you were doing] {message}"
-            );
-            continue;
-        }
-        // Its own children report to it: each outcome is another step; it waits for the
-        // ones still running before it ends.
+        // Between steps. Its own children report to it: each outcome is another step; it
+        // waits for the ones still running before it ends.
         if let Ok(report) = reports.try_recv() {
-            text = report;
+            pending = Some(report);
             continue;
         }
         let waiting_for = registry.live_of(&key);
@@ -271,12 +298,12 @@ async fn execute(
             )
             .await;
             tokio::select! {
-                Some(report) = reports.recv() => { text = report; continue; }
+                Some(report) = reports.recv() => pending = Some(report),
                 Some(message) = steer.recv() => {
-                    text = format!("[New instruction from the parent agent] {message}");
-                    continue;
+                    pending = Some(format!("[New instruction from the parent agent] {message}"));
                 }
             }
+            continue;
         }
         if !spec.session_mode {
             return Outcome::Ended {
@@ -296,9 +323,9 @@ async fn execute(
         )
         .await;
         tokio::select! {
-            Some(report) = reports.recv() => text = report,
+            Some(report) = reports.recv() => pending = Some(report),
             message = steer.recv() => match message {
-                Some(message) => text = message,
+                Some(message) => pending = Some(message),
                 None => {
                     return Outcome::Ended {
                         state: RunState::Done,
@@ -310,11 +337,26 @@ async fn execute(
     }
 }
 
+/// The last thing a resumed run's committed steps said (its result so far).
+async fn last_reply(registry: &Registry, key: &str, epoch: i64) -> String {
+    match registry.store.transcript_recent(key, epoch, 0, 1).await {
+        Ok(entries) => entries
+            .into_iter()
+            .find(|e| e.role == crate::storage::TranscriptRole::Assistant && !e.content.is_empty())
+            .map(|e| e.content)
+            .unwrap_or_else(|| "(no result before the restart)".into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read a resumed run's last reply");
+            "(no result before the restart)".into()
+        }
+    }
+}
+
 /// Edit the run's status message to say `state`.
 async fn show(registry: &Registry, spec: &RunSpec, state: &str) -> Result<i64, StoreError> {
     registry
         .post_status(
-            &spec.scope,
+            &spec.origin,
             spec.status_message,
             texts::status(&spec.label, state),
         )

@@ -2,7 +2,8 @@
 //! repeat them. A call of a tool that is not read-only is recorded (tool, arguments, and how
 //! many times the same call came before in this turn) with its result; when the redone turn
 //! makes the same call again, the stored result is returned and the tool is not run. The
-//! records of a turn are deleted when the turn commits (`TurnCommit::clear_effects`).
+//! records of a turn are deleted when the turn commits (`TurnCommit::clear_effects`, and
+//! `TurnCommit::run_step` for a subagent's step, which a resumed run redoes the same way).
 
 use crate::storage::Store;
 use sha2::{Digest, Sha256};
@@ -11,7 +12,7 @@ use std::sync::Mutex;
 
 /// The record of one turn's side effects.
 pub struct EffectLog {
-    /// `j<journal id>`: the turn being (re)done.
+    /// `j<journal id>` or `r<run id>:<step>`: the turn being (re)done.
     turn_key: String,
     /// The turn is being redone: look up recorded effects. A first attempt has none, and
     /// skips the lookup (so concurrent calls start in the order the model gave them).
@@ -21,9 +22,9 @@ pub struct EffectLog {
 }
 
 impl EffectLog {
-    pub fn for_journal_entry(journal_id: i64, redo: bool) -> Self {
+    pub fn new(turn_key: &str, redo: bool) -> Self {
         EffectLog {
-            turn_key: crate::storage::effects_key(journal_id),
+            turn_key: turn_key.to_string(),
             redo,
 
             seen: Mutex::new(HashMap::new()),

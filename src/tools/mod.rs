@@ -51,8 +51,8 @@ pub struct ToolContext {
     pub plan: Option<Arc<crate::plan::PlanTracker>>,
     /// Subagents and where this turn's children belong (None where spawning is off).
     pub spawn: Option<crate::spawn::SpawnHandle>,
-    /// Side effects of this turn already carried out (a user's turn; None for subagents,
-    /// which are not redone after a crash).
+    /// Side effects of this turn already carried out (a user's turn or a subagent's step;
+    /// both are redone after a crash).
     pub effects: Option<EffectLog>,
     /// How long one tool call may run (`tools.timeout_secs`) unless the tool says otherwise.
     pub time_limit: std::time::Duration,

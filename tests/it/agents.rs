@@ -444,3 +444,91 @@ async fn config_check_refuses_bindings_and_links_naming_unknown_agents_or_channe
         assert!(err.contains(expected), "{expected}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waited_delegation_cut_by_kill_9_is_resumed_and_handed_to_the_redone_turn_once() {
+    let resumed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let after_kill = resumed.clone();
+    let llm = LlmStandIn::start(move |body, _| {
+        let user = last_user(body);
+        if user == "dig deep" {
+            // Hangs in the first process; after the restart it answers, slowly enough that
+            // the redone turn's `delegate` is waiting by then.
+            return if after_kill.load(std::sync::atomic::Ordering::SeqCst) {
+                Behaviour::slow("found: the bottom", Duration::from_millis(1500))
+            } else {
+                Behaviour::Hang
+            };
+        }
+        if user.starts_with("[Subagent") {
+            return Behaviour::reply("noted the outcome");
+        }
+        if let Some(result) = fresh_results(body).last() {
+            return Behaviour::reply(format!("tool said: {result}"));
+        }
+        Behaviour::tool(
+            "delegate",
+            json!({"agent_id": "research", "task": "dig deep", "label": "deep"}),
+        )
+    })
+    .await;
+    let work = Workdir::new(&delegation_config(&llm));
+    let env = [("FC_HOOK", SECRET)];
+    let service = Service::start(&work, &env).await;
+    let (status, _) = Hook::new(&service, SECRET)
+        .send("dd", None, "1", "delegate deep", "")
+        .await;
+    assert_eq!(status, 202);
+    let digs = || {
+        llm.requests()
+            .iter()
+            .filter(|r| last_user(&r.body) == "dig deep")
+            .count()
+    };
+    wait_for(
+        "the delegated run working",
+        Duration::from_secs(10),
+        || async { (digs() == 1).then_some(()) },
+    )
+    .await;
+    service.kill();
+    resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let service = Service::start(&work, &env).await;
+    let hook = Hook::new(&service, SECRET);
+    let messages = wait_for(
+        "the redone turn's answer",
+        Duration::from_secs(20),
+        || async {
+            let m = hook.list("dd", 0).await;
+            m.iter()
+                .any(|m| {
+                    m["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("tool said:"))
+                })
+                .then_some(m)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let messages = [messages, hook.list("dd", 0).await].concat();
+    let answers: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .filter(|t| t.starts_with("tool said:"))
+        .collect();
+    assert!(answers[0].contains("found: the bottom"), "{answers:?}");
+    assert_eq!(digs(), 2, "resumed once, not delegated a second time");
+    assert!(
+        !messages.iter().any(|m| m["kind"] == "announce"),
+        "handed to the waiting turn, not announced: {messages:?}"
+    );
+    assert!(
+        !llm.requests()
+            .iter()
+            .any(|r| last_user(&r.body).starts_with("[Subagent")),
+        "no extra parent turn for the outcome"
+    );
+    assert!(service.logs().contains("a redone delegate waits"));
+}

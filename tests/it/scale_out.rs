@@ -354,11 +354,15 @@ async fn a_killed_process_s_session_is_taken_over_after_its_lease_and_answered_o
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_live_subagent_of_another_process_is_left_alone_and_announced_once_when_it_dies() {
+async fn a_live_subagent_of_another_process_is_left_alone_and_resumed_by_the_other_when_it_dies() {
     let database = fresh_database().await;
-    let llm = LlmStandIn::start(|body, _| {
+    let a_killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killed = a_killed.clone();
+    let llm = LlmStandIn::start(move |body, _| {
         let user = last_user(body);
-        if user == "hang" {
+        if user == "hang" && killed.load(std::sync::atomic::Ordering::SeqCst) {
+            Behaviour::reply("finished by the survivor")
+        } else if user == "hang" {
             Behaviour::Hang
         } else if user.starts_with("[Subagent") {
             Behaviour::reply("noted")
@@ -388,35 +392,49 @@ async fn a_live_subagent_of_another_process_is_left_alone_and_announced_once_whe
             .then_some(())
     })
     .await;
-    // A second process starts while the child runs in the first: it must not call it
-    // interrupted (its lease is live).
+    // A second process starts while the child runs in the first: it must not take it over
+    // (its lease is live).
     let b = Service::start(&work_b, &env).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let interrupted = |receiver: &Receiver| {
+    let announced = |receiver: &Receiver| -> Vec<String> {
         receiver
             .received()
             .iter()
-            .filter(|r| {
-                r.body["text"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("🤖 long — interrupted"))
-            })
+            .filter_map(|r| r.body["text"].as_str())
+            .filter(|t| t.starts_with("🤖 long — "))
+            .map(str::to_string)
+            .collect()
+    };
+    let hanging = || {
+        llm.requests()
+            .iter()
+            .filter(|r| last_user(&r.body) == "hang")
             .count()
     };
-    assert_eq!(
-        interrupted(&receiver),
-        0,
-        "a live run was announced as interrupted"
-    );
+    assert!(announced(&receiver).is_empty(), "a live run was taken over");
+    assert_eq!(hanging(), 1, "the live run was not started twice");
+    a_killed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let killed_at = std::time::Instant::now();
     a.kill();
     wait_for(
-        "the dead process's run announced",
+        "the dead process's run resumed and announced",
         Duration::from_secs(20),
-        || async { (interrupted(&receiver) == 1).then_some(()) },
+        || async { (!announced(&receiver).is_empty()).then_some(()) },
     )
     .await;
+    let takeover = killed_at.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(interrupted(&receiver), 1, "announced exactly once");
+    assert_eq!(
+        announced(&receiver),
+        ["🤖 long — done\nfinished by the survivor"],
+        "resumed by the survivor and announced exactly once"
+    );
+    assert_eq!(hanging(), 2, "one start in each process");
+    assert!(b.logs().contains("subagent resumed"));
+    assert!(
+        takeover < Duration::from_secs(10),
+        "taken over within the lease and a sweep: {takeover:?}"
+    );
     drop(b);
 }
 

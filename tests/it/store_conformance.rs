@@ -76,6 +76,7 @@ fn commit(
         last_model: Some("p/m".into()),
         now_ms: 1_000,
         clear_effects: true,
+        run_step: None,
     }
 }
 
@@ -534,6 +535,10 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         created_at: 5,
         started_at: None,
         ended_at: None,
+        spec: Some("{\"tools\":[]}".into()),
+        step: 1,
+        step_input: Some("do it".into()),
+        starts: 1,
     };
     store.run_insert(&run).await.unwrap();
     store
@@ -555,7 +560,80 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         1,
         "its lease expired"
     );
+    // Taking it over: not while its lease runs; once after it ended, however many try.
+    assert_eq!(
+        store
+            .run_claim("run1", Some(999), Some(5_000))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .run_claim("run1", Some(1_001), Some(5_000))
+            .await
+            .unwrap(),
+        Some(2),
+        "the second start"
+    );
+    assert_eq!(
+        store
+            .run_claim("run1", Some(1_001), Some(6_000))
+            .await
+            .unwrap(),
+        None,
+        "the first claim holds it"
+    );
+    // A step: its input kept while it runs; its effects and input gone when it commits.
+    store.run_set_step("run1", 2, "next").await.unwrap();
+    store
+        .tool_effect_put("rrun1:2", "message:1", "sent", 1)
+        .await
+        .unwrap();
+    store
+        .tool_effect_put("rrun1:3", "message:1", "sent", 1)
+        .await
+        .unwrap();
+    store
+        .tool_effect_put("rrun10:1", "message:1", "sent", 1)
+        .await
+        .unwrap();
     let got = store.run_get("run1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            got.step,
+            got.step_input.as_deref(),
+            got.starts,
+            got.spec.as_deref()
+        ),
+        (2, Some("next"), 2, Some("{\"tools\":[]}"))
+    );
+    let child = "agent:main:subagent:run1";
+    store
+        .session_get_or_create(child, &route("subagent", "run1", None), 1)
+        .await
+        .unwrap();
+    store
+        .commit_turn(&TurnCommit {
+            run_step: Some(("run1".into(), 2)),
+            clear_effects: false,
+            ..commit(None, child, 0, vec![entry("assistant", "ok")], vec![])
+        })
+        .await
+        .unwrap();
+    let got = store.run_get("run1").await.unwrap().unwrap();
+    assert_eq!((got.step, got.step_input), (2, None), "the step committed");
+    assert_eq!(
+        store.tool_effect_get("rrun1:2", "message:1").await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .tool_effect_get("rrun1:3", "message:1")
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert_eq!(
         (
             got.state.as_str(),
@@ -602,6 +680,24 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         1
     );
     assert!(store.runs_unannounced(None).await.unwrap().is_empty());
+    assert_eq!(
+        store.tool_effect_get("rrun1:3", "message:1").await.unwrap(),
+        None,
+        "an ended run's effects are dropped"
+    );
+    assert!(
+        store
+            .tool_effect_get("rrun10:1", "message:1")
+            .await
+            .unwrap()
+            .is_some(),
+        "not another run's"
+    );
+    assert_eq!(
+        store.run_claim("run1", None, None).await.unwrap(),
+        None,
+        "an announced run is never started again"
+    );
     let done = store.run_get("run1").await.unwrap().unwrap();
     assert_eq!(
         (

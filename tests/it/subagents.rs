@@ -407,9 +407,36 @@ async fn a_refusing_hook_blocks_the_spawn_with_a_clear_tool_error() {
     assert!(!requests.iter().any(|r| is_child(&r.body)), "no child ran");
 }
 
+/// A parent that spawns children `work x` and `work y`; each child first says it started
+/// (the `message` tool, a side effect), then hangs until `done` is set and then answers.
+async fn resumable_standin(done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> LlmStandIn {
+    LlmStandIn::start(move |body, _| {
+        let user = last_user(body);
+        if let Some(name) = user.strip_prefix("work ") {
+            if tool_results(body).is_empty() {
+                return Behaviour::tool("message", json!({"text": format!("started {name}")}));
+            }
+            if done.load(std::sync::atomic::Ordering::SeqCst) {
+                return Behaviour::reply(format!("result of {name}"));
+            }
+            return Behaviour::Hang;
+        }
+        parent(body, &[spawn("work x", "x"), spawn("work y", "y")])
+    })
+    .await
+}
+
+fn texts_of(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn after_kill_9_a_restart_announces_every_running_child_exactly_once() {
-    let llm = standin(vec![spawn("hang", "x"), spawn("hang", "y")]).await;
+async fn after_kill_9_a_restart_resumes_every_running_child_without_repeating_its_effects() {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let llm = resumable_standin(done.clone()).await;
     let work = Workdir::new(&config_with_llm(
         &llm.url,
         "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
@@ -419,50 +446,150 @@ async fn after_kill_9_a_restart_announces_every_running_child_exactly_once() {
     Hook::new(&service, "k9-secret")
         .send("k", None, "m1", "go", "?wait=30")
         .await;
-    wait_for("both children running", Duration::from_secs(10), || async {
-        (llm.requests()
-            .iter()
-            .filter(|r| last_user(&r.body) == "hang")
-            .count()
-            == 2)
-            .then_some(())
-    })
+    wait_for(
+        "both children hanging after their first effect",
+        Duration::from_secs(10),
+        || async {
+            (llm.requests()
+                .iter()
+                .filter(|r| {
+                    last_user(&r.body).starts_with("work ") && !tool_results(&r.body).is_empty()
+                })
+                .count()
+                == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let hook = Hook::new(&service, "k9-secret");
+    wait_for(
+        "both effects delivered",
+        Duration::from_secs(10),
+        || async {
+            let texts = texts_of(&hook.list("k", 0).await);
+            (texts.iter().filter(|t| t.starts_with("started ")).count() == 2).then_some(())
+        },
+    )
     .await;
     service.kill();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
 
     let service = Service::start(&work, &env).await;
     let hook = Hook::new(&service, "k9-secret");
     let messages = wait_for(
-        "both interruptions announced and summarised",
+        "both children resumed, announced and summarised",
         Duration::from_secs(20),
         || async {
             let m = hook.list("k", 0).await;
-            (m.iter()
-                .filter(|x| x["text"].as_str().unwrap().starts_with("summary of"))
+            (texts_of(&m)
+                .iter()
+                .filter(|t| t.starts_with("summary of"))
                 .count()
                 == 2)
                 .then_some(m)
         },
     )
     .await;
-    let announced: Vec<&str> = messages
+    let mut announced: Vec<&str> = messages
         .iter()
         .filter(|m| m["kind"] == "announce")
         .map(|m| m["text"].as_str().unwrap())
         .collect();
-    assert_eq!(announced.len(), 2, "{announced:?}");
-    assert!(announced.iter().all(|a| a.contains("— interrupted")));
-    drop(service);
-    let service = Service::start(&work, &env).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let again = Hook::new(&service, "k9-secret").list("k", 0).await;
+    announced.sort();
     assert_eq!(
-        again.iter().filter(|m| m["kind"] == "announce").count(),
+        announced,
+        ["🤖 x — done\nresult of x", "🤖 y — done\nresult of y"],
+        "resumed and finished, not interrupted"
+    );
+    let texts = texts_of(&messages);
+    for name in ["x", "y"] {
+        assert_eq!(
+            texts
+                .iter()
+                .filter(|t| **t == format!("started {name}"))
+                .count(),
+            1,
+            "the resumed step replays its recorded effect instead of sending it again: {texts:?}"
+        );
+    }
+    assert!(service.logs().contains("subagent resumed"));
+    drop(service);
+    assert_eq!(
+        announcements_after_a_restart(&work, &env).await,
         2,
         "a second restart announces nothing more"
     );
 }
 
+/// Start the service in `work` again and count the announcements in conversation `k` once
+/// it had time to take over what it would.
+async fn announcements_after_a_restart(work: &Workdir, env: &[(&str, &str)]) -> usize {
+    let service = Service::start(work, env).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = Hook::new(&service, "k9-secret").list("k", 0).await;
+    again.iter().filter(|m| m["kind"] == "announce").count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_that_never_ends_is_given_up_after_three_starts_and_announced_once() {
+    let llm = standin(vec![spawn("hang", "h")]).await;
+    let work = Workdir::new(&config_with_llm(
+        &llm.url,
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+    ));
+    let env = [("FC_HOOK", "k9-secret")];
+    let hanging = || {
+        llm.requests()
+            .iter()
+            .filter(|r| last_user(&r.body) == "hang")
+            .count()
+    };
+    let mut service = Service::start(&work, &env).await;
+    Hook::new(&service, "k9-secret")
+        .send("k", None, "m1", "go", "?wait=30")
+        .await;
+    // Started once by the spawn, then resumed by the next two starts: each time it runs
+    // until the process is killed.
+    for starts in 1..=3 {
+        wait_for("the child running", Duration::from_secs(10), || async {
+            (hanging() == starts).then_some(())
+        })
+        .await;
+        let announced = Hook::new(&service, "k9-secret")
+            .list("k", 0)
+            .await
+            .iter()
+            .filter(|m| m["kind"] == "announce")
+            .count();
+        assert_eq!(announced, 0, "start {starts}: not announced while it runs");
+        service.kill();
+        service = Service::start(&work, &env).await;
+    }
+    let hook = Hook::new(&service, "k9-secret");
+    let announced = wait_for("the run given up", Duration::from_secs(20), || async {
+        let m = hook.list("k", 0).await;
+        let a: Vec<String> = m
+            .iter()
+            .filter(|m| m["kind"] == "announce")
+            .map(|m| m["text"].as_str().unwrap().to_string())
+            .collect();
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert!(
+        announced[0].starts_with("🤖 h — interrupted") && announced[0].contains("3 times"),
+        "{announced:?}"
+    );
+    assert_eq!(hanging(), 3, "not started a fourth time");
+    drop(service);
+    assert_eq!(
+        announcements_after_a_restart(&work, &env).await,
+        1,
+        "announced once"
+    );
+    assert_eq!(hanging(), 3);
+}
 #[tokio::test(flavor = "multi_thread")]
 async fn wait_blocks_for_a_child_and_session_mode_children_stay_for_steering() {
     let llm = LlmStandIn::start(|body, _| {
