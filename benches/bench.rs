@@ -43,6 +43,11 @@ async fn main() {
         return;
     }
     let llm = start_llm().await;
+    // `--pg-only`: only PostgreSQL (section 6).
+    if std::env::args().any(|a| a == "--pg-only") {
+        postgres(&bin, &llm, turns, conversations).await;
+        return;
+    }
     let receiver = Receiver::start().await;
 
     // 1. Start-up.
@@ -171,18 +176,66 @@ async fn main() {
     local_model(&bin).await;
 
     // 6. PostgreSQL, one process and two (when FERROCLAW_BENCH_PG_URL names a server).
-    match std::env::var("FERROCLAW_BENCH_PG_URL") {
-        Ok(admin) => {
-            for processes in [1, 2] {
-                pg_throughput(&bin, &admin, &llm, processes, turns, conversations).await;
-            }
+    postgres(&bin, &llm, turns, conversations).await;
+}
+
+/// Turns/s of one and of two processes on PostgreSQL: as they come (every process, the
+/// database and the load share this machine's cores), then with each process held to
+/// `--pg-cap-percent` of one core (default 50) as if each ran on a machine of its own, so
+/// that what a second process adds shows when the processes, not the cores, are the limit.
+async fn postgres(bin: &std::path::Path, llm: &str, turns: usize, conversations: usize) {
+    let Ok(admin) = std::env::var("FERROCLAW_BENCH_PG_URL") else {
+        println!("PostgreSQL: skipped (set FERROCLAW_BENCH_PG_URL)");
+        return;
+    };
+    let cap = arg("--pg-cap-percent").unwrap_or(50) as f64 / 100.0;
+    for cap in [None, Some(cap)] {
+        for processes in [1, 2] {
+            pg_throughput(bin, &admin, llm, processes, turns, conversations, cap).await;
         }
-        Err(_) => println!("PostgreSQL: skipped (set FERROCLAW_BENCH_PG_URL)"),
+    }
+}
+
+/// A CPU budget for one process: a cgroup it is moved into (v2 `cpu.max`, v1
+/// `cpu.cfs_quota_us`), removed on drop (after the process ended).
+struct CpuCap {
+    dir: std::path::PathBuf,
+}
+
+impl CpuCap {
+    /// None when this machine's cgroups cannot be written (not root, no cpu controller).
+    fn new(pid: u32, cores: f64) -> Option<Self> {
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/cpu"
+        };
+        let cap = CpuCap {
+            dir: std::path::Path::new(root).join(format!("ferroclaw-bench-{pid}")),
+        };
+        std::fs::create_dir(&cap.dir).ok()?;
+        let quota = (cores * 100_000.0) as u64;
+        let limited = if v2 {
+            std::fs::write(cap.dir.join("cpu.max"), format!("{quota} 100000"))
+        } else {
+            std::fs::write(cap.dir.join("cpu.cfs_period_us"), "100000")
+                .and_then(|()| std::fs::write(cap.dir.join("cpu.cfs_quota_us"), quota.to_string()))
+        };
+        limited.ok()?;
+        std::fs::write(cap.dir.join("cgroup.procs"), pid.to_string()).ok()?;
+        Some(cap)
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
 /// Turns/s with `processes` serve processes on one fresh PostgreSQL database, senders spread
-/// over them.
+/// over them; with `cap`, each process may use that share of one core.
 async fn pg_throughput(
     bin: &std::path::Path,
     admin: &str,
@@ -190,6 +243,7 @@ async fn pg_throughput(
     processes: usize,
     turns: usize,
     conversations: usize,
+    cap: Option<f64>,
 ) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(admin)
@@ -205,6 +259,7 @@ async fn pg_throughput(
     let mut children = Vec::new();
     let mut bases = Vec::new();
     let mut dirs = Vec::new();
+    let mut caps = Vec::new();
     for _ in 0..processes {
         let dir = tempfile::tempdir().unwrap();
         let (child, base) = spawn(
@@ -216,6 +271,19 @@ async fn pg_throughput(
         )
         .await;
         wait_ready(&base).await;
+        if let Some(cores) = cap {
+            match CpuCap::new(child.id(), cores) {
+                Some(cap) => caps.push(cap),
+                None => {
+                    println!(
+                        "PostgreSQL, {processes} process(es) held to {:.0} % of a core: skipped (cgroups cannot be written here)",
+                        cores * 100.0
+                    );
+                    stop(child);
+                    return;
+                }
+            }
+        }
         children.push(child);
         bases.push(base);
         dirs.push(dir);
@@ -233,8 +301,11 @@ async fn pg_throughput(
     receiver.wait_for(turns).await;
     let elapsed = started.elapsed();
     let cpu: f64 = children.iter().map(|c| cpu_secs(c.id())).sum::<f64>() - cpu_before;
+    let held = cap.map_or_else(String::new, |c| {
+        format!(", each held to {:.0} % of a core", c * 100.0)
+    });
     println!(
-        "PostgreSQL, {processes} process(es): {turns} turns in {:.2} s = {:.0} turns/s, service CPU per turn {:.3} ms (all processes)",
+        "PostgreSQL, {processes} process(es){held}: {turns} turns in {:.2} s = {:.0} turns/s, service CPU per turn {:.3} ms (all processes)",
         elapsed.as_secs_f64(),
         turns as f64 / elapsed.as_secs_f64(),
         cpu * 1000.0 / turns as f64
@@ -242,6 +313,7 @@ async fn pg_throughput(
     for child in children {
         stop(child);
     }
+    drop(caps);
 }
 
 /// `n` conversations sent at once against a model that streams each answer over 3 s: peak
@@ -293,17 +365,22 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
     let elapsed = started.elapsed();
     let cpu = cpu_secs(pid) - cpu_before;
     sampling.abort();
+    // What the process gives back once the burst is over (the allocator's decay).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_2s = rss_mb(pid, "VmRSS");
+    tokio::time::sleep(Duration::from_secs(13)).await;
     println!(
         "{n} conversations over {} (answers held until all calls are open, then streamed over 3 s): \
          all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
-         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS after {:.0} MB, service CPU per turn {:.3} ms",
+         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.0} MB and 15 s after {:.0} MB, \
+         service CPU per turn {:.3} ms",
         if http2 { "HTTP/2" } else { "HTTP/1.1" },
         accepted.as_secs_f64(),
         open_calls.most.load(Ordering::SeqCst),
         elapsed.as_secs_f64(),
         peak.load(Ordering::Relaxed) as f64 / 1024.0,
         (peak.load(Ordering::Relaxed) as f64 - idle_mb * 1024.0) / n as f64,
+        after_2s,
         rss_mb(pid, "VmRSS"),
         cpu * 1000.0 / n as f64
     );

@@ -5,11 +5,19 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// Idle connections kept per host. A burst of 10,000 concurrent HTTP/1.1 calls opens 10,000
+/// connections; kept idle (reqwest keeps them all by default) they held about 250 MB for the
+/// idle timeout after the burst (measured with jemalloc: 307 MB after the burst without this
+/// cap, 52 MB with it). More than this many are closed as they come back; a busy service's
+/// steady state reuses fewer.
+const IDLE_PER_HOST: usize = 256;
+
 /// The settings both service clients share.
 fn service_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(IDLE_PER_HOST)
         // Bundled roots only: reading the system's certificates costs start-up time.
         .tls_built_in_native_certs(false)
 }
