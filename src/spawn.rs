@@ -52,6 +52,13 @@ pub struct SpawnRequest {
     pub waited: bool,
     /// A team task's run: `agent_id` is a member of this team (no `may_delegate` link needed).
     pub team: Option<String>,
+    /// The tool call that asks, the same when its turn is redone (`tools::current_call`):
+    /// the run's id is derived from it, so a redone call finds the run it started before
+    /// instead of starting the same work twice.
+    pub call: Option<String>,
+    /// The asking turn is redone: look for the run an earlier attempt of `call` started (a
+    /// first attempt skips the lookup, so calls made together start in the order given).
+    pub redo: bool,
 }
 
 /// An accepted spawn.

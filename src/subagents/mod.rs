@@ -27,6 +27,7 @@ use crate::storage::{JournalEntry, NewOutbound, RunMode, RunRow, RunState, Store
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::json;
+use sha2::Digest;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,9 +76,6 @@ pub(crate) struct LiveRun {
     pub waiter: AtomicU8,
     pub parent_session: String,
     pub label: String,
-    pub task: String,
-    /// Resumed after a stop (a redone `delegate` may wait for it again).
-    pub resumed: bool,
     pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
     pub steer: mpsc::UnboundedSender<String>,
@@ -93,7 +91,6 @@ pub(crate) struct RunRef<'a> {
     pub agent: &'a str,
     pub parent_session: &'a str,
     pub label: &'a str,
-    pub task: &'a str,
 }
 
 /// The receiving ends of a live run's `steer` and `reports` channels (its task reads them).
@@ -104,7 +101,7 @@ pub(crate) type RunInputs = (
 
 impl LiveRun {
     /// A queued run with `waiter` set, and the channels its task reads.
-    pub(crate) fn new(run: RunRef<'_>, waiter: u8, resumed: bool) -> (Arc<Self>, RunInputs) {
+    pub(crate) fn new(run: RunRef<'_>, waiter: u8) -> (Arc<Self>, RunInputs) {
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
         let (reports_tx, reports_rx) = mpsc::unbounded_channel();
         let live = Arc::new(LiveRun {
@@ -113,8 +110,6 @@ impl LiveRun {
             waiter: AtomicU8::new(waiter),
             parent_session: run.parent_session.to_string(),
             label: run.label.to_string(),
-            task: run.task.to_string(),
-            resumed,
             state: watch::channel(RunState::Queued).0,
             cancel: CancellationToken::new(),
             steer: steer_tx,
@@ -257,9 +252,22 @@ impl Registry {
         scope: &SpawnScope,
         request: SpawnRequest,
     ) -> Result<Spawned, SpawnError> {
-        if let Some(resumed) = self.reattach(scope, &request) {
-            return Ok(resumed);
-        }
+        // A call's run id is derived from the call, so a redone call finds its run.
+        let id = match &request.call {
+            Some(call) => {
+                let digest = sha2::Sha256::digest(call.as_bytes());
+                let id = hex::encode(&digest[..8]);
+                if request.redo
+                    && let Some(found) = self
+                        .started_before(&id, &scope.parent_session, request.waited)
+                        .await?
+                {
+                    return Ok(found);
+                }
+                id
+            }
+            None => uuid::Uuid::new_v4().simple().to_string()[..10].to_string(),
+        };
         let max_depth = self.config.max_depth;
         let per_turn = self.config.max_spawns_per_turn;
         if scope
@@ -362,7 +370,6 @@ impl Registry {
                 && (depth < max_depth
                     || !matches!(t.as_str(), "sessions_spawn" | "subagents" | "delegate"))
         });
-        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_string();
         let label = request
             .label
             .clone()
@@ -376,10 +383,8 @@ impl Registry {
                 agent: &agent.id,
                 parent_session: &scope.parent_session,
                 label: &label,
-                task: &request.task,
             },
             if request.waited { WAITED } else { DETACHED },
-            false,
         );
         {
             let mut runs = self.live.lock().expect("registry lock");
@@ -508,29 +513,41 @@ impl Registry {
         })
     }
 
-    /// A waiting `delegate` in a turn redone after a stop: the run its first attempt started,
-    /// resumed here, is waited for again instead of starting the same work twice.
-    fn reattach(&self, scope: &SpawnScope, request: &SpawnRequest) -> Option<Spawned> {
-        if !request.waited {
-            return None;
-        }
-        let agent = request.agent_id.as_deref().unwrap_or(&scope.agent.id);
-        let live = self.live.lock().expect("registry lock");
-        let run = live.values().find(|r| {
-            r.resumed
-                && r.parent_session == scope.parent_session
-                && r.agent == agent
-                && r.task == request.task
-                && r.waiter
-                    .compare_exchange(DETACHED, WAITED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-        })?;
-        tracing::info!(run_id = %run.id, "a redone delegate waits for the run it started before the stop");
-        Some(Spawned {
-            session_key: Self::session_key(&run.agent, &run.id),
-            run_id: run.id.clone(),
+    /// A spawn call of a redone turn: the run its earlier attempt started (same call, same
+    /// id), live here or stored. A waiting `delegate` waits for it again.
+    async fn started_before(
+        &self,
+        id: &str,
+        parent_session: &str,
+        waited: bool,
+    ) -> Result<Option<Spawned>, SpawnError> {
+        let live = self.live.lock().expect("registry lock").get(id).cloned();
+        let agent = match live {
+            Some(run) if run.parent_session == parent_session => {
+                if waited {
+                    let _ = run.waiter.compare_exchange(
+                        DETACHED,
+                        WAITED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+                run.agent.clone()
+            }
+            Some(_) => return Err(SpawnError::Store(format!("run id {id} is taken"))),
+            None => match self.store.run_get(id).await {
+                Ok(Some(row)) if row.parent_session == parent_session => row.agent,
+                Ok(Some(_)) => return Err(SpawnError::Store(format!("run id {id} is taken"))),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(SpawnError::Store(e.to_string())),
+            },
+        };
+        tracing::info!(run_id = %id, "a redone spawn call finds the run it started before");
+        Ok(Some(Spawned {
+            session_key: Self::session_key(&agent, id),
+            run_id: id.to_string(),
             status: "accepted",
-        })
+        }))
     }
 
     /// Run a registered child's task (new or resumed) under the registry's tracker.

@@ -147,10 +147,8 @@ impl Registry {
                 agent: &row.agent,
                 parent_session: &row.parent_session,
                 label: &row.label,
-                task: &row.task,
             },
             super::DETACHED,
-            true,
         );
         self.live
             .lock()

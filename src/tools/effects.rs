@@ -6,6 +6,20 @@
 //! `TurnCommit::run_step` for a subagent's step, which a resumed run redoes the same way).
 
 use crate::storage::Store;
+
+tokio::task_local! {
+    /// The side-effecting tool call being run: its identity (`EffectLog::call_id`) and
+    /// whether its turn is being redone.
+    pub(super) static CALL: (String, bool);
+}
+
+/// The identity of the tool call running in this task, when its turn records effects (the
+/// same for the same call when the turn is redone, so a tool can make its effect idempotent
+/// where recording its result afterwards leaves a window: a spawned subagent's run id), and
+/// whether the turn is being redone (only then can an earlier attempt have acted).
+pub fn current_call() -> Option<(String, bool)> {
+    CALL.try_with(Clone::clone).ok()
+}
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -53,6 +67,12 @@ impl EffectLog {
                 None
             }
         }
+    }
+
+    /// The identity of a call across attempts of its turn (the turn's key and `call_key`),
+    /// and whether this attempt is a redo.
+    pub(super) fn call_id(&self, call_key: &str) -> (String, bool) {
+        (format!("{}/{call_key}", self.turn_key), self.redo)
     }
 
     pub(super) async fn record(&self, store: &dyn Store, call_key: &str, result: &str) {

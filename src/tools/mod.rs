@@ -17,7 +17,7 @@ mod subagent_tools;
 mod team_tools;
 mod web_fetch;
 
-pub use effects::EffectLog;
+pub use effects::{EffectLog, current_call};
 pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
@@ -293,7 +293,16 @@ impl ToolRegistry {
             _ => None,
         };
         let limit = tool.time_limit(&args).unwrap_or(cx.time_limit);
-        let result = match tokio::time::timeout(limit, tool.run(args, cx)).await {
+        // The call's identity (its turn and place in it) is known to the tool while it runs,
+        // for effects a tool makes idempotent itself (`effects::current_call`).
+        let run = tool.run(args, cx);
+        let run = async {
+            match &effect {
+                Some((log, key)) => effects::CALL.scope(log.call_id(key), run).await,
+                None => run.await,
+            }
+        };
+        let result = match tokio::time::timeout(limit, run).await {
             Ok(result) => result,
             Err(_) => Err(ToolError(format!(
                 "`{}` did not finish within {} s and was stopped",

@@ -89,6 +89,7 @@ impl Tool for SessionsSpawn {
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let scope = scope(cx)?;
         let args: SpawnArgs = super::typed(args)?;
+        let (call, redo) = call_of();
         let request = SpawnRequest {
             task: args.task,
             label: args.label,
@@ -101,6 +102,8 @@ impl Tool for SessionsSpawn {
             agent_id: args.agent_id,
             waited: false,
             team: None,
+            call,
+            redo,
         };
         let accepted = scope
             .spawner
@@ -108,6 +111,14 @@ impl Tool for SessionsSpawn {
             .await
             .map_err(|e| ToolError(e.to_string()))?;
         Ok(to_json(&accepted))
+    }
+}
+
+/// The asking tool call's identity and whether its turn is redone (`SpawnRequest::call`).
+fn call_of() -> (Option<String>, bool) {
+    match super::current_call() {
+        Some((call, redo)) => (Some(call), redo),
+        None => (None, false),
     }
 }
 
@@ -172,6 +183,7 @@ impl Tool for Delegate {
         let handle = scope(cx)?;
         let args: DelegateArgs = super::typed(args)?;
         let failed = |e: crate::spawn::SpawnError| ToolError(e.to_string());
+        let (call, redo) = call_of();
         let request = SpawnRequest {
             task: args.task,
             label: args
@@ -179,6 +191,8 @@ impl Tool for Delegate {
                 .or_else(|| Some(format!("{} (delegated)", args.agent_id))),
             agent_id: Some(args.agent_id),
             waited: args.wait,
+            call,
+            redo,
             ..SpawnRequest::default()
         };
         let accepted = handle

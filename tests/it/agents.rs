@@ -530,5 +530,9 @@ async fn a_waited_delegation_cut_by_kill_9_is_resumed_and_handed_to_the_redone_t
             .any(|r| last_user(&r.body).starts_with("[Subagent")),
         "no extra parent turn for the outcome"
     );
-    assert!(service.logs().contains("a redone delegate waits"));
+    assert!(
+        service
+            .logs()
+            .contains("a redone spawn call finds the run it started before")
+    );
 }

@@ -3,10 +3,13 @@
 //! an LLM that fails a share of requests (429 with Retry-After, 500, slow answers) and a
 //! callback receiver that fails a share of deliveries. At the end every inbound message is
 //! answered exactly once (one bot message per inbound message, never two, none lost) and
-//! every bot message is delivered, in order per conversation. On SQLite with one process and
-//! on PostgreSQL with two, one of them killed repeatedly. A report line gives the figures.
+//! every bot message is delivered, in order per conversation. The first message of each
+//! conversation spawns a subagent, so kills also land on running children: each is announced
+//! exactly once (resumed and done, or given up after three starts) and its outcome answered
+//! once. On SQLite with one process and on PostgreSQL with two, one of them killed
+//! repeatedly. A report line gives the figures.
 
-use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
 use crate::common::pg::fresh_database;
 use crate::common::receiver::Receiver;
 use crate::common::service::{Service, Workdir, config_with_llm};
@@ -70,17 +73,32 @@ struct Report {
 /// Run the chaos against `processes` workdirs (all sharing one database); the last one is
 /// killed and restarted over and over while messages flow.
 async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) -> Report {
-    let llm = LlmStandIn::start(|body, n| match n % 9 {
-        2 => Behaviour::Fail {
-            status: 429,
-            body: "{\"error\":{\"message\":\"slow down\"}}".into(),
-            retry_after: Some(0),
-        },
-        5 => Behaviour::fail(500, "{\"error\":{\"message\":\"boom\"}}"),
-        _ => Behaviour::slow(
-            format!("echo: {}", last_user(body)),
-            Duration::from_millis(20 + (n % 5) as u64 * 20),
-        ),
+    let llm = LlmStandIn::start(|body, n| {
+        let user = last_user(body);
+        match n % 9 {
+            2 => Behaviour::Fail {
+                status: 429,
+                body: "{\"error\":{\"message\":\"slow down\"}}".into(),
+                retry_after: Some(0),
+            },
+            5 => Behaviour::fail(500, "{\"error\":{\"message\":\"boom\"}}"),
+            // A conversation's first message spawns a child that works a while.
+            _ if user.ends_with(" message 0") && tool_results(body).is_empty() => {
+                let conversation = user.split(' ').next().unwrap_or_default();
+                Behaviour::tool(
+                    "sessions_spawn",
+                    json!({"task": format!("child of {conversation}"), "label": conversation}),
+                )
+            }
+            _ if user.starts_with("child of ") => Behaviour::slow(
+                format!("result of {user}"),
+                Duration::from_millis(200 + (n % 5) as u64 * 100),
+            ),
+            _ => Behaviour::slow(
+                format!("echo: {user}"),
+                Duration::from_millis(20 + (n % 5) as u64 * 20),
+            ),
+        }
     })
     .await;
     let receiver = Receiver::failing_every(4).await;
@@ -151,20 +169,14 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     let sent = conversations * per_conversation;
     let deadline = Instant::now() + Duration::from_secs(60);
     let replies = loop {
-        let mut replies: BTreeMap<(String, String), HashSet<String>> = BTreeMap::new();
-        for body in receiver.received().iter().map(|r| &r.body) {
-            if let (Some(c), Some(r), Some(id)) = (
-                body["conversation_id"].as_str(),
-                body["in_reply_to"].as_str(),
-                body["id"].as_str(),
-            ) {
-                replies
-                    .entry((c.to_string(), r.to_string()))
-                    .or_default()
-                    .insert(id.to_string());
-            }
-        }
-        if replies.len() >= sent || Instant::now() > deadline {
+        let bodies: Vec<Value> = receiver.received().into_iter().map(|r| r.body).collect();
+        let replies = answers(&bodies, REPLIES, |r| r.starts_with('m'));
+        // Every child announced, and its outcome answered by a turn of its parent.
+        let announced = answers(&bodies, &["announce"], |_| true).len();
+        let outcomes = answers(&bodies, REPLIES, |r| r.starts_with("subagent:")).len();
+        if (replies.len() >= sent && announced >= conversations && outcomes >= conversations)
+            || Instant::now() > deadline
+        {
             break replies;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -177,6 +189,20 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         .collect();
     let lost = sent - replies.len();
     let duplicates = replies.values().filter(|ids| ids.len() > 1).count();
+    let bodies: Vec<Value> = received.iter().map(|(_, b)| b.clone()).collect();
+    let announcements = answers(&bodies, &["announce"], |_| true);
+    let outcomes = answers(&bodies, REPLIES, |r| r.starts_with("subagent:"));
+    let texts = |ids: &HashSet<String>| -> Vec<String> {
+        bodies
+            .iter()
+            .filter(|b| b["id"].as_str().is_some_and(|id| ids.contains(id)))
+            .map(|b| b["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let children_done = announcements
+        .values()
+        .filter(|ids| texts(ids).iter().all(|t| t.contains(" — done")))
+        .count();
     let distinct: HashSet<&str> = received
         .iter()
         .filter_map(|(_, b)| b["id"].as_str())
@@ -188,7 +214,11 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         let conversation = format!("chaos-{c}");
         let mut seen = Vec::new();
         for (_, body) in &received {
-            if body["conversation_id"] == conversation.as_str() {
+            let reply = REPLIES.contains(&body["kind"].as_str().unwrap_or_default())
+                && body["in_reply_to"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with('m'));
+            if reply && body["conversation_id"] == conversation.as_str() {
                 let r = body["in_reply_to"].as_str().unwrap_or_default().to_string();
                 if !seen.contains(&r) {
                     seen.push(r);
@@ -208,10 +238,18 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     eprintln!(
         "chaos ({label}): sent {sent}, answered {}, delivered {}, duplicates {duplicates}, lost {lost}, \
          redeliveries of one message {redeliveries}, kills survived {kills}, longest pause between deliveries {:.1} s, \
+         subagents announced {} (done {children_done}, the rest failed or given up), their outcomes answered {}, \
+         children's model calls {} (with retries and steps redone after a kill), \
          model calls {}, callback attempts {}",
         replies.len(),
         distinct.len(),
         longest_gap.as_secs_f64(),
+        announcements.len(),
+        outcomes.len(),
+        llm.requests()
+            .iter()
+            .filter(|r| last_user(&r.body).starts_with("child of "))
+            .count(),
         llm.count(),
         receiver.attempts(),
     );
@@ -222,6 +260,28 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         missing(&replies, conversations, per_conversation)
     );
     assert_eq!(duplicates, 0, "messages answered twice");
+    assert_eq!(
+        announcements.len(),
+        conversations,
+        "one child per conversation, each announced: {announcements:?}"
+    );
+    for (key, ids) in &announcements {
+        assert_eq!(
+            ids.len(),
+            1,
+            "{key:?} announced more than once: {:?}",
+            texts(ids)
+        );
+    }
+    assert_eq!(outcomes.len(), conversations, "each outcome answered");
+    for (key, ids) in &outcomes {
+        assert_eq!(
+            ids.len(),
+            1,
+            "{key:?} outcome answered twice: {:?}",
+            texts(ids)
+        );
+    }
     assert!(
         out_of_order.is_empty(),
         "replies out of order: {out_of_order:?}"
@@ -229,6 +289,35 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     drop(stable);
     drop(victim);
     Report { sent, kills }
+}
+
+/// The kinds of bot message that answer a message (one per message answered).
+const REPLIES: &[&str] = &["reply", "error"];
+
+/// Bot messages of `kinds` answering messages whose id passes `answered`, as the set of their
+/// ids per (conversation, message answered).
+fn answers(
+    bodies: &[Value],
+    kinds: &[&str],
+    answered: impl Fn(&str) -> bool,
+) -> BTreeMap<(String, String), HashSet<String>> {
+    let mut found: BTreeMap<(String, String), HashSet<String>> = BTreeMap::new();
+    for body in bodies {
+        if let (Some(c), Some(r), Some(id), Some(kind)) = (
+            body["conversation_id"].as_str(),
+            body["in_reply_to"].as_str(),
+            body["id"].as_str(),
+            body["kind"].as_str(),
+        ) && kinds.contains(&kind)
+            && answered(r)
+        {
+            found
+                .entry((c.to_string(), r.to_string()))
+                .or_default()
+                .insert(id.to_string());
+        }
+    }
+    found
 }
 
 fn missing(
