@@ -438,6 +438,7 @@ fn local_provider(
             source,
             provider.threads,
             provider.context_tokens.unwrap_or(2048),
+            provider.seed,
         )))
     }
 }

@@ -353,6 +353,10 @@ pub struct ProviderConfig {
     /// `kind = "local"`: the context window in tokens (default 2048).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_tokens: Option<u32>,
+    /// `kind = "local"`: a fixed sampling seed, so the same prompt gets the same answer
+    /// (reproducible runs, tests); unset, every answer draws a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u32>,
     /// Its models see images (image parts are sent to them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vision: bool,
@@ -374,6 +378,7 @@ impl ProviderConfig {
             model_path: None,
             threads: None,
             context_tokens: None,
+            seed: None,
             vision: false,
             http2: false,
         }

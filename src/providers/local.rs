@@ -39,6 +39,8 @@ pub struct LocalProvider {
     source: ModelSource,
     threads: i32,
     context_tokens: u32,
+    /// A fixed sampling seed (`providers.<id>.seed`).
+    seed: Option<u32>,
     /// Loaded models by file; one generation at a time (the lock is the queue).
     loaded: tokio::sync::Mutex<Option<(PathBuf, Arc<LlamaModel>)>>,
 }
@@ -65,12 +67,20 @@ fn default_threads() -> usize {
 }
 
 impl LocalProvider {
-    pub fn new(source: ModelSource, threads: Option<usize>, context_tokens: u32) -> Self {
+    /// `seed`: a fixed sampling seed (the same prompt, the same answer); None draws one per
+    /// answer.
+    pub fn new(
+        source: ModelSource,
+        threads: Option<usize>,
+        context_tokens: u32,
+        seed: Option<u32>,
+    ) -> Self {
         let threads = threads.unwrap_or_else(default_threads);
         LocalProvider {
             source,
             threads: i32::try_from(threads.max(1)).unwrap_or(2),
             context_tokens: context_tokens.max(256),
+            seed,
             loaded: tokio::sync::Mutex::new(None),
         }
     }
@@ -131,6 +141,7 @@ fn generate(
     messages: Vec<(String, String)>,
     threads: i32,
     context_tokens: u32,
+    seed: u32,
     stop: &AtomicBool,
     pieces: &mpsc::UnboundedSender<String>,
 ) -> Result<Generated, String> {
@@ -183,7 +194,7 @@ fn generate(
         LlamaSampler::top_k(40),
         LlamaSampler::top_p(0.9, 1),
         LlamaSampler::temp(0.7),
-        LlamaSampler::dist(rand_seed()),
+        LlamaSampler::dist(seed),
     ]);
     let mut position = tokens.len() as i32;
     let mut pending: Vec<u8> = Vec::new();
@@ -266,8 +277,9 @@ impl ModelProvider for LocalProvider {
         let _stop_on_drop = StopOnDrop(stop.clone());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (messages, threads, context) = (chat(request), self.threads, self.context_tokens);
+        let seed = self.seed.unwrap_or_else(rand_seed);
         let generation = tokio::task::spawn_blocking(move || {
-            generate(&model, messages, threads, context, &stop, &tx)
+            generate(&model, messages, threads, context, seed, &stop, &tx)
         });
         let mut content = String::new();
         while let Some(piece) = rx.recv().await {

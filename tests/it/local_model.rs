@@ -33,9 +33,11 @@ async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
             .env("FERROCLAW_OFFLINE", "1")
             // A short context keeps the answer short on a loaded machine (SmolLM2 may
             // otherwise ramble for 2,048 tokens, past the request timeout). Naming the
-            // provider replaces the built-in ones, so the model is named too.
+            // provider replaces the built-in ones, so the model is named too. A fixed seed
+            // gives the same answer every run (a random one once answered only "120.").
             .env("FERROCLAW__PROVIDERS__LOCAL__KIND", "local")
             .env("FERROCLAW__PROVIDERS__LOCAL__CONTEXT_TOKENS", "512")
+            .env("FERROCLAW__PROVIDERS__LOCAL__SEED", "7")
             .env("FERROCLAW__AGENT__MODEL", "local/smollm2-135m")
             .env_remove("FERROCLAW_LOG")
             .env_remove("OPENAI_API_KEY")
