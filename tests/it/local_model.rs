@@ -15,7 +15,8 @@ const SECRET: &str = "hook-secret";
 
 /// The built-in local provider with a small context: every answer stays short (the model
 /// may otherwise ramble for 1,024 tokens, which takes long on a loaded machine).
-const LOCAL_512: &str = "[providers.local]\nkind = \"local\"\ncontext_tokens = 512\n";
+/// A short context and a fixed seed: the same answers every run.
+const LOCAL_512: &str = "[providers.local]\nkind = \"local\"\ncontext_tokens = 512\nseed = 7\n";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
