@@ -108,6 +108,8 @@ async fn one_process_leads_polling_and_a_follower_takes_over_when_it_dies() {
         receiver.received().len(),
         follower.logs()
     );
+    // The second reply is streamed: its preview ("echo:") is edited into the final text.
+    texts_settle(&tg, 7, |t| t == ["echo: one", "echo: two"]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         tg.texts(7),
