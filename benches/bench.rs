@@ -33,18 +33,18 @@ async fn main() {
     // Thousands of connections in flight (stand-ins and the service alike).
     ferroclaw::http_server::raise_file_limit();
     // `--local-only`: only the local model (section 5b).
-    if std::env::args().any(|a| a == "--local-only") {
+    if flag("--local-only") {
         local_model(&bin).await;
         return;
     }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
     if let Some(n) = arg("--inflight-only") {
-        in_flight(&bin, n, std::env::args().any(|a| a == "--http2")).await;
+        in_flight(&bin, n, flag("--http2")).await;
         return;
     }
     let llm = start_llm().await;
     // `--pg-only`: only PostgreSQL (section 6).
-    if std::env::args().any(|a| a == "--pg-only") {
+    if flag("--pg-only") {
         postgres(&bin, &llm, turns, conversations).await;
         return;
     }
@@ -680,6 +680,11 @@ fn arg(name: &str) -> Option<usize> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
+}
+
+/// Whether the flag `name` was given.
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
 fn ms(d: Duration) -> f64 {

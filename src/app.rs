@@ -308,16 +308,9 @@ impl App {
     pub async fn recover(&self) -> anyhow::Result<usize> {
         let names: Vec<String> = self.channels.keys().cloned().collect();
         // Runs first: a redone turn's `delegate` finds the run its first attempt started.
-        let runs = self.subagents.recover(&names).await?;
+        self.subagents.recover(&names).await?;
         let pending = self.ingress.recover(&names).await?;
         self.subagents.keep_leases(names.clone());
-        if runs != crate::subagents::Recovered::default() {
-            tracing::info!(
-                resumed = runs.resumed,
-                interrupted = runs.interrupted,
-                "took over subagent runs the last stop left unfinished"
-            );
-        }
         Ok(pending)
     }
 

@@ -944,11 +944,11 @@ macro_rules! impl_store {
                     return Ok($crate::storage::RunFinished::AlreadyAnnounced);
                 }
                 // Side effects recorded by steps that never committed (a kill, a timeout):
-                // the run will not be resumed, so they are no longer needed. A key range, so
-                // the primary key's index serves it (`;` follows `:`).
+                // the run will not be resumed, so they are no longer needed.
+                let (from, to) = $crate::storage::run_effects_range(&finish.run_id);
                 sqlx::query("DELETE FROM tool_effects WHERE turn_key >= $1 AND turn_key < $2")
-                    .bind(format!("r{}:", finish.run_id))
-                    .bind(format!("r{};", finish.run_id))
+                    .bind(from)
+                    .bind(to)
                     .execute(&mut *tx)
                     .await?;
                 let session_key: String = sqlx::query_scalar("SELECT parent_session FROM runs WHERE id = $1")

@@ -14,6 +14,12 @@ pub fn run_effects_key(run_id: &str, step: i64) -> String {
     format!("r{run_id}:{step}")
 }
 
+/// The range `[from, to)` holding the keys of every step of a run (`;` follows `:`), so the
+/// primary key's index serves a delete of them all.
+pub fn run_effects_range(run_id: &str) -> (String, String) {
+    (format!("r{run_id}:"), format!("r{run_id};"))
+}
+
 /// One journalled inbound message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalEntry {

@@ -16,7 +16,7 @@ mod texts;
 
 pub use hook::Hook;
 pub use progress::RunProgress;
-pub use resume::{MAX_RUN_STARTS, Recovered};
+pub use resume::MAX_RUN_STARTS;
 
 use crate::config::SubagentsConfig;
 use crate::engine::Engine;
@@ -207,19 +207,8 @@ impl Registry {
                 if let Err(err) = registry.store.runs_lease(&ids, until).await {
                     tracing::warn!(error = %err, "could not renew subagent run leases");
                 }
-                match registry.recover(&channels).await {
-                    Ok(resume::Recovered {
-                        resumed: 0,
-                        interrupted: 0,
-                    }) => {}
-                    Ok(done) => tracing::info!(
-                        resumed = done.resumed,
-                        interrupted = done.interrupted,
-                        "took over subagent runs of a process that stopped"
-                    ),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "could not take over expired subagent runs")
-                    }
+                if let Err(err) = registry.recover(&channels).await {
+                    tracing::warn!(error = %err, "could not take over expired subagent runs");
                 }
             }
         });

@@ -46,23 +46,16 @@ impl StoredSpec {
     }
 }
 
-/// What one pass over unfinished runs did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Recovered {
-    pub resumed: usize,
-    pub interrupted: usize,
-}
-
 impl Registry {
     /// Take over the runs a stop left unfinished whose origin chat is on one of `channels`
     /// (this process can deliver there): resume each, or announce it as interrupted (once).
-    /// With leases (several processes), only runs whose lease expired.
-    pub async fn recover(self: &Arc<Self>, channels: &[String]) -> Result<Recovered, StoreError> {
+    /// With leases (several processes), only runs whose lease expired. Logs what it took.
+    pub async fn recover(self: &Arc<Self>, channels: &[String]) -> Result<(), StoreError> {
         let now = crate::clock::now_ms();
         let expired = self.lease.map(|_| now);
         let lease_until = self.lease.map(|lease| now + lease.as_millis() as i64);
         let rows = self.store.runs_unannounced(expired).await?;
-        let mut done = Recovered::default();
+        let (mut resumed, mut interrupted) = (0, 0);
         for row in rows {
             if !channels.contains(&row.origin_route.channel)
                 || self
@@ -79,16 +72,23 @@ impl Registry {
             match self.resumable(&row, starts) {
                 Ok(spec) => {
                     self.resume(&row, spec);
-                    done.resumed += 1;
+                    resumed += 1;
                 }
                 Err(why) => {
                     let ending = runner::Ending::from(&row);
                     runner::finish(self, &ending, RunState::Interrupted, why).await?;
-                    done.interrupted += 1;
+                    interrupted += 1;
                 }
             }
         }
-        Ok(done)
+        if resumed + interrupted > 0 {
+            tracing::info!(
+                resumed,
+                interrupted,
+                "took over subagent runs a stop left unfinished"
+            );
+        }
+        Ok(())
     }
 
     /// The run's spec rebuilt from its row, or why it cannot be resumed.

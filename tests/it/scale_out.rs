@@ -9,7 +9,7 @@ use crate::common::metrics::{scrape, value};
 use crate::common::pg::fresh_database;
 use crate::common::receiver::Receiver;
 use crate::common::service::{Service, Workdir, config_with_llm};
-use crate::common::telegram::{TOKEN, TelegramStandIn, dm, texts_settle};
+use crate::common::telegram::{TOKEN, TelegramStandIn, dm, texts_settle, texts_settle_once};
 use crate::common::wait_for;
 use std::time::Duration;
 
@@ -109,13 +109,7 @@ async fn one_process_leads_polling_and_a_follower_takes_over_when_it_dies() {
         follower.logs()
     );
     // The second reply is streamed: its preview ("echo:") is edited into the final text.
-    texts_settle(&tg, 7, |t| t == ["echo: one", "echo: two"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        tg.texts(7),
-        ["echo: one", "echo: two"],
-        "each answered once"
-    );
+    texts_settle_once(&tg, 7, &["echo: one", "echo: two"]).await;
     let texts: Vec<String> = receiver
         .received()
         .iter()
@@ -180,13 +174,7 @@ async fn a_leader_that_loses_its_lock_stops_polling_stays_up_and_polls_again_whe
     let (status, body) = service.readyz().await;
     assert_eq!(status, 200, "{body}");
     tg.push_message(dm(7, 2, "after"));
-    texts_settle(&tg, 7, |t| t == ["echo: before", "echo: after"]).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        tg.texts(7),
-        ["echo: before", "echo: after"],
-        "each answered once"
-    );
+    texts_settle_once(&tg, 7, &["echo: before", "echo: after"]).await;
     assert_eq!(tg.pending_updates(), 0, "every update confirmed");
 }
 

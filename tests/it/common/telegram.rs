@@ -358,3 +358,11 @@ pub async fn texts_settle(
     )
     .await
 }
+
+/// The bot's messages in `chat` once they are `expected` (a streamed reply's preview edited
+/// into its final text), and still exactly those 1.5 s later: each answered once.
+pub async fn texts_settle_once(tg: &TelegramStandIn, chat: i64, expected: &[&str]) {
+    texts_settle(tg, chat, |t| t == expected).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(tg.texts(chat), expected, "each answered once");
+}
