@@ -239,9 +239,10 @@ impl App {
                                 tracing::info!(session = %session, killed, "killed subagents on another process's request");
                             }
                         }
-                        crate::signals::Signal::Steer { session, target, message } => {
-                            if registry.steer_here(&session, &target, &message).is_ok() {
-                                tracing::info!(session = %session, "steered a subagent on another process's request");
+                        crate::signals::Signal::Mail { run_id, steer } => {
+                            let kind = if steer { crate::storage::MailKind::Steer } else { crate::storage::MailKind::Report };
+                            if registry.wake_here(&run_id, kind) {
+                                tracing::debug!(run_id = %run_id, "woke a subagent for its inbox on another process's word");
                             }
                         }
                         crate::signals::Signal::Outbox { channel } => notifier.kick_here(&channel),

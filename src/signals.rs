@@ -1,6 +1,6 @@
 //! Signals between `serve` processes on one PostgreSQL database (`LISTEN/NOTIFY` on the
 //! channel `ferroclaw`): `/stop` reaches the process running the session's turn and its
-//! subagents, `/subagents kill|steer` the process running the child, and a commit's outbox wake-up reaches the process that delivers and every
+//! subagents, `/subagents kill` and a run's inbox wake-up (a steer, a child's outcome) the process running the child, and a commit's outbox wake-up reaches the process that delivers and every
 //! process serving an event stream. Each process hears its own notifications too and
 //! ignores them by origin. SQLite (one process) has none of this.
 //!
@@ -23,12 +23,9 @@ pub enum Signal {
     Stop { session: String },
     /// `/subagents kill` (or the tool) for children running in another process.
     Kill { session: String, target: String },
-    /// `/subagents steer` for a child running in another process.
-    Steer {
-        session: String,
-        target: String,
-        message: String,
-    },
+    /// Something was put in run `run_id`'s inbox (a steer, or its child's outcome): the
+    /// process running it wakes it (a steer also interrupts its step).
+    Mail { run_id: String, steer: bool },
     /// New bot messages were committed for a channel.
     Outbox { channel: String },
 }

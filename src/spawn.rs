@@ -114,8 +114,14 @@ pub trait Spawner: Send + Sync {
     -> Result<Spawned, SpawnError>;
     /// Kill a session's child (`target` = run id or label) or `all`. Returns how many.
     fn kill(&self, parent_session: &str, target: &str) -> usize;
-    /// Interrupt a child's current step and continue with `message`.
-    fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError>;
+    /// Interrupt a child's current step and continue with `message` (kept until the child
+    /// takes it, wherever it runs).
+    async fn steer(
+        &self,
+        parent_session: &str,
+        target: &str,
+        message: &str,
+    ) -> Result<(), SpawnError>;
     /// True when children may also run in other processes (which were told of a kill).
     fn spans_processes(&self) -> bool {
         false

@@ -209,7 +209,7 @@ impl Engine {
                 (OutboundKind::Status, text)
             }
             ("steer", Some(target), Some(message)) => {
-                match registry.steer(session_key, target, message) {
+                match registry.steer(session_key, target, message).await {
                     Ok(()) => (OutboundKind::Status, format!("Steered {target}.")),
                     Err(e) => (OutboundKind::Error, e.to_string()),
                 }

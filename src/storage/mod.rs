@@ -276,8 +276,25 @@ pub trait RunStore: Send + Sync {
         expired_at: Option<i64>,
         lease_until: Option<i64>,
     ) -> StoreResult<Option<i64>>;
-    /// The run starts step `step` with `input` (resumed from there if its process dies).
-    async fn run_set_step(&self, id: &str, step: i64, input: &str) -> StoreResult<()>;
+    /// The run starts step `step` with `input` (resumed from there if its process dies);
+    /// with `mail`, that inbox item is taken in the same transaction (false: it was gone).
+    async fn run_set_step(
+        &self,
+        id: &str,
+        step: i64,
+        input: &str,
+        mail: Option<i64>,
+    ) -> StoreResult<bool>;
+    /// Put something in a run's inbox; false when the run has ended (nothing is written).
+    async fn run_mail_put(
+        &self,
+        run_id: &str,
+        kind: MailKind,
+        text: &str,
+        now_ms: i64,
+    ) -> StoreResult<bool>;
+    /// The oldest item waiting in a run's inbox.
+    async fn run_mail_next(&self, run_id: &str) -> StoreResult<Option<RunMail>>;
     /// Set a run's state (e.g. running) and, when given, its start time and status message.
     async fn run_set_state(
         &self,

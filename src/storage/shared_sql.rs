@@ -23,6 +23,15 @@ macro_rules! outbox_not_held_back {
     };
 }
 
+/// One item into a run's inbox (`$1` run id, `$2` kind, `$3` text, `$4` now), only while the
+/// run has not ended.
+macro_rules! run_mail_insert {
+    () => {
+        "INSERT INTO run_inbox (run_id, kind, text, created_at) SELECT $1, $2, $3, $4 \
+         WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1 AND announced = 0)"
+    };
+}
+
 macro_rules! impl_store {
     ($store:ty, $db:ty, $migrator:expr) => {
         impl $store {
@@ -897,14 +906,56 @@ macro_rules! impl_store {
                 Ok(starts)
             }
 
-            async fn run_set_step(&self, id: &str, step: i64, input: &str) -> $crate::storage::StoreResult<()> {
+            async fn run_set_step(&self, id: &str, step: i64, input: &str, mail: Option<i64>) -> $crate::storage::StoreResult<bool> {
+                let mut tx = self.write.begin().await?;
+                if let Some(mail) = mail {
+                    let taken = sqlx::query("DELETE FROM run_inbox WHERE id = $1 AND run_id = $2")
+                        .bind(mail)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    if taken.rows_affected() != 1 {
+                        return Ok(false);
+                    }
+                }
                 sqlx::query("UPDATE runs SET step = $2, step_input = $3 WHERE id = $1 AND announced = 0")
                     .bind(id)
                     .bind(step)
                     .bind(input)
-                    .execute(&self.write)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(())
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn run_mail_put(&self, run_id: &str, kind: $crate::storage::MailKind, text: &str, now_ms: i64) -> $crate::storage::StoreResult<bool> {
+                let put = sqlx::query($crate::storage::shared_sql::run_mail_insert!())
+                .bind(run_id)
+                .bind(kind.as_str())
+                .bind(text)
+                .bind(now_ms)
+                .execute(&self.write)
+                .await?;
+                Ok(put.rows_affected() == 1)
+            }
+
+            async fn run_mail_next(&self, run_id: &str) -> $crate::storage::StoreResult<Option<$crate::storage::RunMail>> {
+                use sqlx::Row;
+                let row = sqlx::query("SELECT id, kind, text FROM run_inbox WHERE run_id = $1 ORDER BY id LIMIT 1")
+                    .bind(run_id)
+                    .fetch_optional(&self.write)
+                    .await?;
+                row.map(|row| {
+                    let kind: String = row.try_get("kind")?;
+                    Ok($crate::storage::RunMail {
+                        id: row.try_get("id")?,
+                        kind: $crate::storage::MailKind::parse(&kind).ok_or_else(|| {
+                            $crate::storage::StoreError::Corrupt(format!("run inbox kind `{kind}`"))
+                        })?,
+                        text: row.try_get("text")?,
+                    })
+                })
+                .transpose()
             }
 
             async fn run_set_state(&self, id: &str, state: $crate::storage::RunState, started_at: Option<i64>) -> $crate::storage::StoreResult<()> {
@@ -951,6 +1002,20 @@ macro_rules! impl_store {
                     .bind(to)
                     .execute(&mut *tx)
                     .await?;
+                // What it was told and never took goes with it.
+                sqlx::query("DELETE FROM run_inbox WHERE run_id = $1")
+                    .bind(&finish.run_id)
+                    .execute(&mut *tx)
+                    .await?;
+                if let Some((parent_run, report)) = &finish.report {
+                    sqlx::query($crate::storage::shared_sql::run_mail_insert!())
+                    .bind(parent_run)
+                    .bind($crate::storage::MailKind::Report.as_str())
+                    .bind(report)
+                    .bind(finish.now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 let session_key: String = sqlx::query_scalar("SELECT parent_session FROM runs WHERE id = $1")
                     .bind(&finish.run_id)
                     .fetch_one(&mut *tx)
@@ -1304,3 +1369,4 @@ macro_rules! impl_store {
 pub(crate) use impl_store;
 pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;
+pub(crate) use run_mail_insert;

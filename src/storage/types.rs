@@ -210,7 +210,44 @@ pub struct RunFinish {
     pub status_edit: Option<NewOutbound>,
     /// Journalled for the parent session so the parent agent reacts (None: nobody to tell).
     pub parent_message: Option<(InboundMessage, String)>,
+    /// For a subagent's own child: `(parent run id, outcome)`, put in that run's inbox when
+    /// it still runs (it becomes a step of the parent).
+    pub report: Option<(String, String)>,
     pub now_ms: i64,
+}
+
+/// What a running subagent was told and has not taken yet (`run_inbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MailKind {
+    /// A `steer` instruction from the session that spawned it.
+    Steer,
+    /// The outcome of a child it spawned.
+    Report,
+}
+
+impl MailKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MailKind::Steer => "steer",
+            MailKind::Report => "report",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "steer" => Some(MailKind::Steer),
+            "report" => Some(MailKind::Report),
+            _ => None,
+        }
+    }
+}
+
+/// One waiting item of a run's inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunMail {
+    pub id: i64,
+    pub kind: MailKind,
+    pub text: String,
 }
 
 /// Where a team task's runs belong: the lead's session and the chat/thread it was asked in.

@@ -23,7 +23,9 @@ use crate::engine::Engine;
 use crate::outbox::OutboxNotifier;
 use crate::providers::ModelRef;
 use crate::spawn::{RunReport, RunSummary, SpawnError, SpawnRequest, SpawnScope, Spawned, Spawner};
-use crate::storage::{JournalEntry, NewOutbound, RunMode, RunRow, RunState, Store, StoreError};
+use crate::storage::{
+    JournalEntry, MailKind, NewOutbound, RunMode, RunRow, RunState, Store, StoreError,
+};
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::json;
@@ -78,9 +80,9 @@ pub(crate) struct LiveRun {
     pub label: String,
     pub state: watch::Sender<RunState>,
     pub cancel: CancellationToken,
-    pub steer: mpsc::UnboundedSender<String>,
-    /// Outcomes of its own children, each becoming a step of this run.
-    pub reports: mpsc::UnboundedSender<String>,
+    /// Wakes its task for what was put in its inbox (`run_inbox`: steer instructions, its
+    /// own children's outcomes); a steer also interrupts the step it is on.
+    pub mail: mpsc::UnboundedSender<MailKind>,
     /// What it is doing now (the tools of its current step), for the status page.
     pub activity: Arc<Mutex<String>>,
 }
@@ -93,17 +95,13 @@ pub(crate) struct RunRef<'a> {
     pub label: &'a str,
 }
 
-/// The receiving ends of a live run's `steer` and `reports` channels (its task reads them).
-pub(crate) type RunInputs = (
-    mpsc::UnboundedReceiver<String>,
-    mpsc::UnboundedReceiver<String>,
-);
+/// The receiving end of a live run's inbox wake-ups (its task reads it).
+pub(crate) type RunInputs = mpsc::UnboundedReceiver<MailKind>;
 
 impl LiveRun {
     /// A queued run with `waiter` set, and the channels its task reads.
     pub(crate) fn new(run: RunRef<'_>, waiter: u8) -> (Arc<Self>, RunInputs) {
-        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+        let (mail_tx, mail_rx) = mpsc::unbounded_channel();
         let live = Arc::new(LiveRun {
             id: run.id.to_string(),
             agent: run.agent.to_string(),
@@ -112,11 +110,10 @@ impl LiveRun {
             label: run.label.to_string(),
             state: watch::channel(RunState::Queued).0,
             cancel: CancellationToken::new(),
-            steer: steer_tx,
-            reports: reports_tx,
+            mail: mail_tx,
             activity: Arc::new(Mutex::new(String::new())),
         });
-        (live, (steer_rx, reports_rx))
+        (live, mail_rx)
     }
 }
 
@@ -575,13 +572,43 @@ impl Registry {
         crate::outbox::post(&*self.store, &self.outbox, &origin.parent_session, message).await
     }
 
-    /// Hand a child's outcome to the live run whose session spawned it (a subagent's own
-    /// child); false when no such run lives in this process.
-    pub(crate) fn report_to_parent(&self, parent_session: &str, report: String) -> bool {
+    /// Wake run `run_id` for what was put in its inbox: here when it runs in this process,
+    /// else (several processes) wherever it runs. A run that hears nothing still finds its
+    /// inbox when it next looks (it looks every [`runner::MAIL_POLL`] while it waits).
+    pub(crate) fn wake(&self, run_id: &str, kind: MailKind) {
+        if !self.wake_here(run_id, kind)
+            && let Some(signals) = &self.signals
+        {
+            signals.send(crate::signals::Signal::Mail {
+                run_id: run_id.to_string(),
+                steer: kind == MailKind::Steer,
+            });
+        }
+    }
+
+    /// Wake run `run_id` when it runs in this process; false otherwise.
+    pub fn wake_here(&self, run_id: &str, kind: MailKind) -> bool {
         let live = self.live.lock().expect("registry lock");
-        live.values()
-            .find(|r| Self::session_key(&r.agent, &r.id) == parent_session)
-            .is_some_and(|r| r.reports.send(report).is_ok())
+        live.get(run_id).is_some_and(|r| r.mail.send(kind).is_ok())
+    }
+
+    /// The run whose session is `session_key` (a subagent's own session), if it is one.
+    pub(crate) fn run_of_session(session_key: &str) -> Option<&str> {
+        session_key
+            .strip_prefix("agent:")
+            .and_then(|rest| rest.split_once(":subagent:"))
+            .map(|(_, run_id)| run_id)
+    }
+
+    /// Children of a session that have not ended (in any process).
+    pub(crate) async fn unended_children(&self, parent_session: &str) -> usize {
+        match self.store.runs_of(parent_session).await {
+            Ok(runs) => runs.iter().filter(|r| !r.announced).count(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a session's children; counting this process's");
+                self.live_of(parent_session)
+            }
+        }
     }
 
     pub(crate) fn forget(&self, run_id: &str) {
@@ -661,20 +688,41 @@ impl Registry {
         runs.len()
     }
 
-    /// Steer this process's child of a session matching `target`.
-    pub fn steer_here(
+    /// Put `message` in the inbox of a session's unended child matching `target` (in any
+    /// process) and wake it: it interrupts the step it is on and takes the message next.
+    /// Kept in the store first, so a kill -9 before the child takes it does not lose it.
+    async fn steer_run(
         &self,
         parent_session: &str,
         target: &str,
         message: &str,
     ) -> Result<(), SpawnError> {
-        let runs = self.find(parent_session, target);
-        let run = runs.first().ok_or_else(|| {
-            SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
-        })?;
-        run.steer
-            .send(message.to_string())
-            .map_err(|_| SpawnError::NotFound("that subagent has already ended".into()))
+        let run_id = match self.find(parent_session, target).first() {
+            Some(run) => run.id.clone(),
+            None => self
+                .store
+                .runs_of(parent_session)
+                .await
+                .map_err(|e| SpawnError::Store(e.to_string()))?
+                .into_iter()
+                .find(|r| !r.announced && (r.id == target || r.label == target))
+                .map(|r| r.id)
+                .ok_or_else(|| {
+                    SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
+                })?,
+        };
+        let put = self
+            .store
+            .run_mail_put(&run_id, MailKind::Steer, message, crate::clock::now_ms())
+            .await
+            .map_err(|e| SpawnError::Store(e.to_string()))?;
+        if !put {
+            return Err(SpawnError::NotFound(
+                "that subagent has already ended".into(),
+            ));
+        }
+        self.wake(&run_id, MailKind::Steer);
+        Ok(())
     }
 
     /// Every live run (queued or running), oldest first by id order of the map.
@@ -729,21 +777,13 @@ impl Spawner for Arc<Registry> {
         self.kill_here(parent_session, target)
     }
 
-    fn steer(&self, parent_session: &str, target: &str, message: &str) -> Result<(), SpawnError> {
-        match self.steer_here(parent_session, target, message) {
-            Err(SpawnError::NotFound(_)) if self.signals.is_some() => {
-                // It may run in another process: that one steers it.
-                if let Some(signals) = &self.signals {
-                    signals.send(crate::signals::Signal::Steer {
-                        session: parent_session.to_string(),
-                        target: target.to_string(),
-                        message: message.to_string(),
-                    });
-                }
-                Ok(())
-            }
-            other => other,
-        }
+    async fn steer(
+        &self,
+        parent_session: &str,
+        target: &str,
+        message: &str,
+    ) -> Result<(), SpawnError> {
+        self.steer_run(parent_session, target, message).await
     }
 
     fn spans_processes(&self) -> bool {

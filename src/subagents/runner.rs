@@ -5,16 +5,16 @@
 //! under the step's key (so a resumed step does not repeat them).
 
 use super::resume::Start;
-use super::{LiveRun, Registry, RunProgress, RunSpec, texts};
+use super::{LiveRun, Registry, RunInputs, RunProgress, RunSpec, texts};
 use crate::engine::{Persona, TurnInput};
 use crate::storage::{
-    NewOutbound, RunFinish, RunFinished, RunRow, RunState, StoreError, TurnCommit,
+    MailKind, NewOutbound, RunFinish, RunFinished, RunRow, RunState, StoreError, TurnCommit,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 enum Outcome {
@@ -31,10 +31,7 @@ pub(crate) async fn run(
     registry: Arc<Registry>,
     live: Arc<LiveRun>,
     spec: RunSpec,
-    (steer, reports): (
-        mpsc::UnboundedReceiver<String>,
-        mpsc::UnboundedReceiver<String>,
-    ),
+    mail: RunInputs,
     slots: Arc<Semaphore>,
 ) {
     let shutdown = registry.cancel.clone();
@@ -67,7 +64,7 @@ pub(crate) async fn run(
         }
         match tokio::time::timeout(
             spec.timeout,
-            execute(&registry, &spec, (steer, reports), live.activity.clone()),
+            execute(&registry, &spec, mail, live.activity.clone()),
         )
         .await
         {
@@ -140,14 +137,16 @@ pub(crate) async fn run(
     registry.forget(&spec.id);
 }
 
-/// The child's conversation: the task, then steer instructions, until done.
+/// How often a run that waits looks in its inbox without a wake-up (one lost with a
+/// process's connection to the database, or never sent because the sender crashed).
+pub(crate) const MAIL_POLL: Duration = Duration::from_secs(5);
+
+/// The child's conversation: the task, then what its inbox brings (steer instructions, its
+/// own children's outcomes), until done.
 async fn execute(
     registry: &Arc<Registry>,
     spec: &RunSpec,
-    (mut steer, mut reports): (
-        mpsc::UnboundedReceiver<String>,
-        mpsc::UnboundedReceiver<String>,
-    ),
+    mut mail: RunInputs,
     activity: Arc<std::sync::Mutex<String>>,
 ) -> Outcome {
     let engine = registry.engine.clone();
@@ -199,17 +198,19 @@ async fn execute(
         // Its own children (below subagents.max_depth) are spawned through the same registry.
         spawner: Some(Arc::new(registry.clone())),
     };
-    // The next step's input (None: between steps); whether that input is already in the
-    // run's row, and whether the step is a redo (its recorded side effects are replayed).
-    let (mut step, mut pending, mut recorded, mut redo) = match &spec.start {
-        Start::New => (1, Some(spec.task.clone()), true, false),
+    // The next step's input (None: between steps; it is in the run's row already), and
+    // whether the step is a redo (its recorded side effects are replayed).
+    let (mut step, mut pending, mut redo) = match &spec.start {
+        Start::New => (1, Some(spec.task.clone()), false),
         Start::Resumed {
             step,
             input: Some(input),
-        } => (*step, Some(input.clone()), true, true),
+        } => (*step, Some(input.clone()), true),
         // The step had committed: take up after it, its reply being the result so far.
-        Start::Resumed { step, input: None } => (*step + 1, None, false, false),
+        Start::Resumed { step, input: None } => (*step + 1, None, false),
     };
+    // The last step was cut short by a steer; the status last shown while waiting.
+    let (mut interrupted, mut shown) = (false, None::<String>);
     let mut reply = match pending {
         Some(_) => String::new(),
         None => last_reply(registry, &key, session.epoch).await,
@@ -217,9 +218,6 @@ async fn execute(
     let mut failed = false;
     loop {
         if let Some(input) = pending.take() {
-            if !recorded && let Err(e) = registry.store.run_set_step(&spec.id, step, &input).await {
-                tracing::warn!(run_id = %spec.id, error = %e, "could not record the run's step");
-            }
             let message_id = format!("{}:{step}", spec.id);
             let effects = crate::storage::run_effects_key(&spec.id, step);
             let turn_input = TurnInput {
@@ -232,15 +230,23 @@ async fn execute(
                 mention_names: &[],
             };
             let stop = CancellationToken::new();
-            let (output, steered) = {
+            let output = {
                 let turn =
                     engine.run_child_turn(&turn_input, &mut session, &stop, &input, &persona);
                 tokio::pin!(turn);
-                tokio::select! {
-                    output = &mut turn => (output, None),
-                    Some(message) = steer.recv() => {
-                        stop.cancel();
-                        (turn.await, Some(message))
+                loop {
+                    tokio::select! {
+                        output = &mut turn => break output,
+                        // A steer cuts the step short (its message is the next step); a
+                        // child's outcome waits for the step's end.
+                        Some(kind) = mail.recv(), if !stop.is_cancelled() => {
+                            if kind == MailKind::Steer
+                                && matches!(registry.store.run_mail_next(&spec.id).await, Ok(Some(_)))
+                            {
+                                stop.cancel();
+                                interrupted = true;
+                            }
+                        }
                     }
                 }
             };
@@ -275,34 +281,24 @@ async fn execute(
                 tracing::warn!(run_id = %spec.id, error = %e, "could not save the child's transcript");
             }
             step += 1;
-            (recorded, redo) = (false, false);
-            if let Some(message) = steered {
-                pending = Some(format!(
-                    "[New instruction from the parent agent; it replaces what you were doing] {message}"
-                ));
-                continue;
-            }
+            redo = false;
         }
-        // Between steps. Its own children report to it: each outcome is another step; it
-        // waits for the ones still running before it ends.
-        if let Ok(report) = reports.try_recv() {
-            pending = Some(report);
+        // Between steps: what its inbox holds, oldest first, each another step (its own
+        // children's outcomes, steer instructions). Children still running are counted
+        // first: one ending meanwhile has its outcome in the inbox by then.
+        let waiting_for = registry.unended_children(&key).await;
+        if let Some(input) = take_mail(registry, spec, step, interrupted).await {
+            (pending, interrupted) = (Some(input), false);
             continue;
         }
-        let waiting_for = registry.live_of(&key);
+        interrupted = false;
         if !spec.session_mode && waiting_for > 0 {
-            let _ = show(
-                registry,
-                spec,
-                &format!("waiting for {waiting_for} subagent(s) it started"),
-            )
-            .await;
-            tokio::select! {
-                Some(report) = reports.recv() => pending = Some(report),
-                Some(message) = steer.recv() => {
-                    pending = Some(format!("[New instruction from the parent agent] {message}"));
-                }
+            let status = format!("waiting for {waiting_for} subagent(s) it started");
+            if shown.as_ref() != Some(&status) {
+                let _ = show(registry, spec, &status).await;
+                shown = Some(status);
             }
+            wait_for_mail(&mut mail).await;
             continue;
         }
         if !spec.session_mode {
@@ -316,24 +312,60 @@ async fn execute(
             };
         }
         // `session` mode: report and stay alive for the next instruction.
-        let _ = show(
-            registry,
-            spec,
-            &format!("waiting for instructions; last result: {}", short(&reply)),
-        )
-        .await;
-        tokio::select! {
-            Some(report) = reports.recv() => pending = Some(report),
-            message = steer.recv() => match message {
-                Some(message) => pending = Some(message),
-                None => {
-                    return Outcome::Ended {
-                        state: RunState::Done,
-                        result: reply,
-                    };
-                }
-            },
+        let status = format!("waiting for instructions; last result: {}", short(&reply));
+        if shown.as_ref() != Some(&status) {
+            let _ = show(registry, spec, &status).await;
+            shown = Some(status);
         }
+        wait_for_mail(&mut mail).await;
+    }
+}
+
+/// Take the oldest item of the run's inbox as step `step`'s input (moved into the run's row
+/// in one transaction, so it is neither lost nor taken twice); None when there is none.
+async fn take_mail(
+    registry: &Registry,
+    spec: &RunSpec,
+    step: i64,
+    interrupted: bool,
+) -> Option<String> {
+    let store = &registry.store;
+    loop {
+        let mail = match store.run_mail_next(&spec.id).await {
+            Ok(mail) => mail?,
+            Err(e) => {
+                tracing::warn!(run_id = %spec.id, error = %e, "could not read the run's inbox");
+                return None;
+            }
+        };
+        let input = match mail.kind {
+            MailKind::Report => mail.text,
+            MailKind::Steer if interrupted => format!(
+                "[New instruction from the parent agent; it replaces what you were doing] {}",
+                mail.text
+            ),
+            MailKind::Steer if spec.session_mode => mail.text,
+            MailKind::Steer => format!("[New instruction from the parent agent] {}", mail.text),
+        };
+        match store
+            .run_set_step(&spec.id, step, &input, Some(mail.id))
+            .await
+        {
+            Ok(true) => return Some(input),
+            Ok(false) => continue, // taken meanwhile: read the next
+            Err(e) => {
+                tracing::warn!(run_id = %spec.id, error = %e, "could not take the run's inbox");
+                return None;
+            }
+        }
+    }
+}
+
+/// Wait for a wake-up of the run's inbox, or [`MAIL_POLL`] (then it looks anyway).
+async fn wait_for_mail(mail: &mut RunInputs) {
+    tokio::select! {
+        _ = mail.recv() => {}
+        _ = tokio::time::sleep(MAIL_POLL) => {}
     }
 }
 
@@ -446,6 +478,17 @@ pub(crate) async fn finish(
             row.parent_session.to_string(),
         )
     });
+    // A subagent's own child: its outcome is also a step of that subagent (put in its
+    // inbox in the same transaction, when it has not ended).
+    let report = (row.depth > 1 && !row.to_waiter)
+        .then(|| Registry::run_of_session(row.parent_session))
+        .flatten()
+        .map(|parent| {
+            (
+                parent.to_string(),
+                texts::for_parent(row.label, row.id, state, &result),
+            )
+        });
     let finish = RunFinish {
         run_id: row.id.to_string(),
         state,
@@ -453,24 +496,16 @@ pub(crate) async fn finish(
         announcement,
         status_edit,
         parent_message,
+        report,
         now_ms: crate::clock::now_ms(),
     };
-    let report = (row.depth > 1 && !row.to_waiter)
-        .then(|| texts::for_parent(row.label, row.id, state, &finish.result));
     if let RunFinished::Announced { parent_turn } = registry.store.run_finish(&finish).await? {
         registry.outbox.kick(&route.channel);
         if let Some(entry) = parent_turn {
             registry.start_parent_turn(entry);
         }
-        // A subagent's own child: its outcome is also a step of that subagent, when it
-        // still runs here.
-        if let Some(report) = report
-            && !registry.report_to_parent(row.parent_session, report)
-        {
-            tracing::debug!(
-                run_id = row.id,
-                "the spawning subagent has ended; its child's outcome is only announced"
-            );
+        if let Some((parent, _)) = &finish.report {
+            registry.wake(parent, MailKind::Report);
         }
     }
     Ok(())

@@ -257,7 +257,10 @@ impl Tool for SubagentsTool {
                 Ok(format!("killed {n} subagent(s)"))
             }
             ManageArgs::Steer { target, message } => {
-                registry.steer(session, &target, &message).map_err(failed)?;
+                registry
+                    .steer(session, &target, &message)
+                    .await
+                    .map_err(failed)?;
                 Ok("steered".into())
             }
             ManageArgs::Wait {

@@ -25,6 +25,7 @@ mod scale_out;
 mod schedules;
 mod standard_webhooks;
 mod store_conformance;
+mod subagent_inbox;
 mod subagents;
 mod teams;
 mod telegram;

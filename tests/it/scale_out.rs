@@ -480,13 +480,15 @@ async fn stop_sent_to_one_process_ends_the_turn_running_in_the_other() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other() {
-    let database = fresh_database().await;
-    let llm = LlmStandIn::start(|body, _| {
+/// A parent that spawns `long` (task `hang`, which hangs) for "go"; a steered `long`
+/// answers `steered: <message>`.
+async fn long_child_standin() -> LlmStandIn {
+    LlmStandIn::start(|body, _| {
         let user = last_user(body);
         if user == "hang" {
             Behaviour::Hang
+        } else if let Some(message) = user.strip_prefix("[New instruction") {
+            Behaviour::reply(format!("steered:{}", message.rsplit(']').next().unwrap()))
         } else if user.starts_with("[Subagent") {
             Behaviour::reply("noted")
         } else if crate::common::llm::tool_results(body).is_empty() && user == "go" {
@@ -498,28 +500,40 @@ async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other
             Behaviour::reply("spawned")
         }
     })
-    .await;
-    let TwoProcesses {
-        receiver,
-        a,
-        b,
-        _works,
-    } = two_processes(&llm.url, &database).await;
-    let (status, _) = Hook::new(&a, SECRET)
-        .send("kl", None, "m1", "go", "?wait=30")
+    .await
+}
+
+/// Two processes on a fresh database; "go" sent in `conversation` to the first, which runs
+/// the turn: its child `long` hangs there in its first step.
+async fn long_child_of_the_first_process(conversation: &str) -> (LlmStandIn, TwoProcesses) {
+    let database = fresh_database().await;
+    let llm = long_child_standin().await;
+    let processes = two_processes(&llm.url, &database).await;
+    let (status, _) = Hook::new(&processes.a, SECRET)
+        .send(conversation, None, "m1", "go", "?wait=30")
         .await;
     assert_eq!(status, 200);
-    wait_for(
-        "the child running in the first process",
-        Duration::from_secs(10),
-        || async {
-            llm.requests()
-                .iter()
-                .any(|r| last_user(&r.body) == "hang")
-                .then_some(())
-        },
-    )
+    wait_for("the child hanging", Duration::from_secs(10), || async {
+        llm.requests()
+            .iter()
+            .any(|r| last_user(&r.body) == "hang")
+            .then_some(())
+    })
     .await;
+    (llm, processes)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other() {
+    let (
+        _llm,
+        TwoProcesses {
+            receiver,
+            a,
+            b,
+            _works,
+        },
+    ) = long_child_of_the_first_process("kl").await;
     let (status, body) = Hook::new(&b, SECRET)
         .send("kl", None, "m2", "/subagents kill all", "?wait=10")
         .await;
@@ -550,6 +564,50 @@ async fn subagents_kill_sent_to_one_process_kills_the_child_running_in_the_other
             .contains("killed subagents on another process's request")
     };
     assert_eq!(relayed, logged(&a) || logged(&b), "reply: {reply}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subagents_steer_sent_to_one_process_reaches_the_child_running_in_the_other() {
+    let (
+        llm,
+        TwoProcesses {
+            receiver,
+            a: _a,
+            b,
+            _works,
+        },
+    ) = long_child_of_the_first_process("st").await;
+    let (status, body) = Hook::new(&b, SECRET)
+        .send(
+            "st",
+            None,
+            "m2",
+            "/subagents steer long sum it up",
+            "?wait=10",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replies"][0]["text"], "Steered long.", "{body}");
+    // Only a wake-up cuts a hanging step short: the run's process heard it, wherever the
+    // steer arrived.
+    wait_for(
+        "the steered child announced",
+        Duration::from_secs(15),
+        || async {
+            receiver
+                .received()
+                .iter()
+                .any(|r| r.body["text"] == "🤖 long — done\nsteered: sum it up")
+                .then_some(())
+        },
+    )
+    .await;
+    let steps = llm
+        .requests()
+        .iter()
+        .filter(|r| last_user(&r.body).starts_with("[New instruction"))
+        .count();
+    assert_eq!(steps, 1, "one step took the instruction");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -585,7 +585,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         "the first claim holds it"
     );
     // A step: its input kept while it runs; its effects and input gone when it commits.
-    store.run_set_step("run1", 2, "next").await.unwrap();
+    assert!(store.run_set_step("run1", 2, "next", None).await.unwrap());
     store
         .tool_effect_put("rrun1:2", "message:1", "sent", 1)
         .await
@@ -654,6 +654,7 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
         }),
         status_edit: None,
         parent_message: Some((parent_message.clone(), origin.session_key())),
+        report: None,
         now_ms: 9,
     };
     let ferroclaw::storage::RunFinished::Announced {
@@ -711,6 +712,122 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
     assert_eq!(store.runs_of(&origin.session_key()).await.unwrap().len(), 1);
     let recent = store.runs_recent(10).await.unwrap();
     assert_eq!(recent[0].id, "run1", "the newest run first");
+}
+
+/// A run's inbox: steers and its children's outcomes (put by the child's end, in the same
+/// transaction) wait in order; taking one moves it into the run's step once; an ended run's
+/// inbox is emptied and takes nothing more.
+async fn a_run_inbox_hands_each_item_to_one_step(store: &dyn Store) {
+    use ferroclaw::storage::{MailKind, RunFinish, RunRow};
+    let origin = route("webhook:r", "inbox", None);
+    let run = |id: &str, parent_session: String, depth: i64| RunRow {
+        agent: "main".into(),
+        id: id.into(),
+        parent_session,
+        origin_route: origin.clone(),
+        origin_message: None,
+        depth,
+        label: id.into(),
+        task: "t".into(),
+        model: "p/m".into(),
+        mode: RunMode::Run,
+        state: RunState::Running,
+        result: None,
+        status_message: None,
+        announced: false,
+        created_at: 5,
+        started_at: None,
+        ended_at: None,
+        spec: None,
+        step: 1,
+        step_input: Some("t".into()),
+        starts: 1,
+    };
+    let below = "agent:main:subagent:p1".to_string();
+    for row in [
+        run("p1", origin.session_key(), 1),
+        run("g1", below.clone(), 2),
+        run("g2", below.clone(), 2),
+    ] {
+        store.run_insert(&row).await.unwrap();
+    }
+    let end = |id: &str, report: Option<(String, String)>| RunFinish {
+        run_id: id.into(),
+        state: RunState::Done,
+        result: "r".into(),
+        announcement: None,
+        status_edit: None,
+        parent_message: None,
+        report,
+        now_ms: 9,
+    };
+    assert!(
+        store
+            .run_mail_put("p1", MailKind::Steer, "go left", 6)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .run_mail_put("nope", MailKind::Steer, "x", 6)
+            .await
+            .unwrap(),
+        "no such run"
+    );
+    store
+        .run_finish(&end("g1", Some(("p1".into(), "g1 says r".into()))))
+        .await
+        .unwrap();
+    let first = store.run_mail_next("p1").await.unwrap().unwrap();
+    assert_eq!(
+        (first.kind, first.text.as_str()),
+        (MailKind::Steer, "go left")
+    );
+    assert!(
+        store
+            .run_set_step("p1", 2, "[steer] go left", Some(first.id))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .run_set_step("p1", 3, "[steer] go left", Some(first.id))
+            .await
+            .unwrap(),
+        "an item is taken once"
+    );
+    let got = store.run_get("p1").await.unwrap().unwrap();
+    assert_eq!(
+        (got.step, got.step_input.as_deref()),
+        (2, Some("[steer] go left"))
+    );
+    let second = store.run_mail_next("p1").await.unwrap().unwrap();
+    assert_eq!(
+        (second.kind, second.text.as_str()),
+        (MailKind::Report, "g1 says r"),
+        "the child's end put its outcome in its parent's inbox"
+    );
+    store.run_finish(&end("p1", None)).await.unwrap();
+    assert_eq!(
+        store.run_mail_next("p1").await.unwrap(),
+        None,
+        "an ended run's inbox is emptied"
+    );
+    assert!(
+        !store
+            .run_mail_put("p1", MailKind::Steer, "late", 10)
+            .await
+            .unwrap()
+    );
+    store
+        .run_finish(&end("g2", Some(("p1".into(), "g2 says r".into()))))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.run_mail_next("p1").await.unwrap(),
+        None,
+        "nothing is put for a parent that has ended"
+    );
 }
 
 /// The admin API's reads: sessions filtered by a key prefix and paged, the backlog.
@@ -836,6 +953,7 @@ async fn suite(store: Arc<dyn Store>) {
     outbox_delivery_states_and_conversation_reads(&*store).await;
     pairing_codes_expire_are_limited_and_approve_once(&*store).await;
     runs_finish_and_announce_exactly_once(&*store).await;
+    a_run_inbox_hands_each_item_to_one_step(&*store).await;
     admin_reads_filter_page_and_count(&*store).await;
     leases_have_one_holder_and_expire(&*store).await;
     team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
