@@ -440,7 +440,6 @@ fn local_provider(
 /// Build providers for every configured provider with its key, then the chain.
 pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
     let config = &loaded.config;
-    let http = crate::http::shared();
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     let mut unusable = HashMap::new();
     let mut rings = HashMap::new();
@@ -465,19 +464,18 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
             }
             continue;
         }
-        let http = if provider.http2 {
-            crate::http::multiplexed()
+        // The client is built on the first call (not at start-up).
+        let http: fn() -> reqwest::Client = if provider.http2 {
+            crate::http::multiplexed
         } else {
-            http.clone()
+            crate::http::shared
         };
         let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
             match provider.kind {
-                ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
-                    http.clone(),
-                    provider.base_url(),
-                    key,
-                )),
-                _ => Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key)),
+                ProviderKind::Anthropic => {
+                    Arc::new(AnthropicProvider::new(http, provider.base_url(), key))
+                }
+                _ => Arc::new(OpenAiProvider::new(http, provider.base_url(), key)),
             }
         };
         let keys = loaded

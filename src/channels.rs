@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// previews' ids in `previews`.
 pub fn build_enabled(
     loaded: &LoadedConfig,
-    http: &reqwest::Client,
+    http: fn() -> reqwest::Client,
     previews: Arc<dyn PreviewLedger>,
 ) -> anyhow::Result<Vec<Built>> {
     let mut built = Vec::new();
@@ -35,7 +35,7 @@ fn openai(loaded: &LoadedConfig) -> Option<Built> {
     ))
 }
 
-fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Option<Built>> {
+fn webhook(loaded: &LoadedConfig, http: fn() -> reqwest::Client) -> anyhow::Result<Option<Built>> {
     let config = &loaded.config;
     if config.channels.webhook.is_empty() {
         return Ok(None);
@@ -58,7 +58,7 @@ fn webhook(loaded: &LoadedConfig, http: &reqwest::Client) -> anyhow::Result<Opti
         ferroclaw_channel_webhook::Settings {
             endpoints,
             max_body_bytes: config.server.max_body_bytes,
-            http: http.clone(),
+            http,
         },
     )?))
 }

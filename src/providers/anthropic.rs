@@ -13,13 +13,18 @@ const API_VERSION: &str = "2023-06-01";
 const MAX_TOKENS: u32 = 8192;
 
 pub struct AnthropicProvider {
-    http: reqwest::Client,
+    /// Where the client comes from, asked on each call (built on the first, not at start-up).
+    http: fn() -> reqwest::Client,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl AnthropicProvider {
-    pub fn new(http: reqwest::Client, base_url: &str, api_key: Option<SecretString>) -> Self {
+    pub fn new(
+        http: fn() -> reqwest::Client,
+        base_url: &str,
+        api_key: Option<SecretString>,
+    ) -> Self {
         AnthropicProvider {
             http,
             endpoint: format!("{}/v1/messages", base_url.trim_end_matches('/')),
@@ -96,8 +101,7 @@ impl ModelProvider for AnthropicProvider {
         request: &ChatRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let mut builder = self
-            .http
+        let mut builder = (self.http)()
             .post(&self.endpoint)
             .header("anthropic-version", API_VERSION)
             .json(&Self::body(model, request));

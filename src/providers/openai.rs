@@ -11,13 +11,18 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 pub struct OpenAiProvider {
-    http: reqwest::Client,
+    /// Where the client comes from, asked on each call (built on the first, not at start-up).
+    http: fn() -> reqwest::Client,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl OpenAiProvider {
-    pub fn new(http: reqwest::Client, base_url: &str, api_key: Option<SecretString>) -> Self {
+    pub fn new(
+        http: fn() -> reqwest::Client,
+        base_url: &str,
+        api_key: Option<SecretString>,
+    ) -> Self {
         OpenAiProvider {
             http,
             endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -76,8 +81,7 @@ impl ModelProvider for OpenAiProvider {
         request: &ChatRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let mut builder = self
-            .http
+        let mut builder = (self.http)()
             .post(&self.endpoint)
             .json(&Self::body(model, request));
         if let Some(key) = &self.api_key {

@@ -59,8 +59,14 @@ impl ScheduleHandle {
     }
 }
 
-/// An IANA zone by name (the system's time zone database, else the bundled one).
+/// An IANA zone by name (the system's time zone database, else the bundled one). UTC, the
+/// default, is answered without the database: jiff's first lookup lists the whole of
+/// `/usr/share/zoneinfo` (about 60 directories), which cost start-up time when the config
+/// check did it for the default zone.
 pub fn zone(name: &str) -> Result<TimeZone, String> {
+    if name == "UTC" {
+        return Ok(TimeZone::UTC);
+    }
     TimeZone::get(name)
         .map_err(|_| format!("`{name}` is not a time zone (an IANA name like Europe/Berlin)"))
 }

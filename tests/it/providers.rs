@@ -47,9 +47,8 @@ async fn text_and_tool_call_streams_cut_into_three_byte_pieces_are_reassembled_i
         ],
     })
     .await;
-    let http = reqwest::Client::new();
-    let openai = OpenAiProvider::new(http.clone(), &llm.url, None);
-    let anthropic = AnthropicProvider::new(http, &llm.anthropic_url, None);
+    let openai = OpenAiProvider::new(reqwest::Client::new, &llm.url, None);
+    let anthropic = AnthropicProvider::new(reqwest::Client::new, &llm.anthropic_url, None);
     for provider in [&openai as &dyn ModelProvider, &anthropic] {
         let (response, streamed) = run(provider).await;
         assert_eq!(response.content, text);
@@ -93,7 +92,7 @@ async fn an_anthropic_error_event_after_http_200_is_classified() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let provider = AnthropicProvider::new(reqwest::Client::new(), &base, None);
+    let provider = AnthropicProvider::new(reqwest::Client::new, &base, None);
     let err = provider
         .complete("m", &request(), &|_| {})
         .await
@@ -132,7 +131,7 @@ fn chain_over(
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     providers.insert(
         "p".into(),
-        Arc::new(OpenAiProvider::new(reqwest::Client::new(), &llm.url, None)),
+        Arc::new(OpenAiProvider::new(reqwest::Client::new, &llm.url, None)),
     );
     let fallbacks = fallbacks
         .iter()

@@ -10,12 +10,19 @@ pub struct WebhookChannel {
     name: String,
     signing: Signing,
     callback_url: Option<String>,
-    http: reqwest::Client,
+    /// Where the client comes from, asked on each delivery (the service's is built then, not
+    /// at start-up).
+    http: fn() -> reqwest::Client,
 }
 
 impl WebhookChannel {
     /// `callback_url` empty: messages are only kept for the list and event endpoints.
-    pub fn new(webhook: &str, signing: Signing, callback_url: &str, http: reqwest::Client) -> Self {
+    pub fn new(
+        webhook: &str,
+        signing: Signing,
+        callback_url: &str,
+        http: fn() -> reqwest::Client,
+    ) -> Self {
         WebhookChannel {
             name: crate::channel_name(webhook),
             signing,
@@ -69,8 +76,7 @@ impl Channel for WebhookChannel {
         let body = serde_json::to_vec(&payload(message, true)).expect("JSON values serialise");
         let timestamp = ferroclaw_channel_core::clock::now_secs();
         let key = self.signing.key();
-        let request = self
-            .http
+        let request = (self.http)()
             .post(url)
             .header("content-type", "application/json");
         let request = match self.signing.scheme {

@@ -67,8 +67,9 @@ pub struct EndpointSettings {
 pub struct Settings {
     pub endpoints: Vec<EndpointSettings>,
     pub max_body_bytes: usize,
-    /// For signed callbacks.
-    pub http: reqwest::Client,
+    /// For signed callbacks: where the client comes from, asked when a callback is sent (a
+    /// service that never sends one never builds it).
+    pub http: fn() -> reqwest::Client,
 }
 
 /// The adapter factory: one channel per endpoint, and the routes once the inbox exists.
@@ -90,7 +91,7 @@ pub fn build(
             &e.name,
             signing.clone(),
             &e.callback_url,
-            settings.http.clone(),
+            settings.http,
         )));
         endpoints.insert(
             e.name,
