@@ -413,11 +413,7 @@ impl Inner {
             }
             // A bug that panics in one turn must neither kill the service nor wedge the lane
             // (and must not repeat on every restart): the message is answered with an error.
-            // Boxed: inline, the turn's state was stored twice in this future (once as the
-            // call, once inside `catch_unwind`), and every lane task carried that size for its
-            // whole life (measured: 14.8 KB per lane task in a debug build, 2.3 KB boxed, plus
-            // the 6.5 KB turn only while it runs).
-            let turn = std::panic::AssertUnwindSafe(Box::pin(self.handler.handle(&entry, stop)));
+            let turn = std::panic::AssertUnwindSafe(self.handler.handle(&entry, stop));
             let Ok(result) = futures::FutureExt::catch_unwind(turn).await else {
                 tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn panicked; answering with an error");
                 if let Err(err) = self.handler.answer_failed(&entry).await {
