@@ -12,11 +12,10 @@ use std::sync::Arc;
 /// previews' ids in `previews`.
 pub fn build_enabled(
     loaded: &LoadedConfig,
-    http: fn() -> reqwest::Client,
     previews: Arc<dyn PreviewLedger>,
 ) -> anyhow::Result<Vec<Built>> {
     let mut built = Vec::new();
-    built.extend(webhook(loaded, http)?);
+    built.extend(webhook(loaded)?);
     built.extend(telegram(loaded, previews.clone())?);
     built.extend(discord(loaded, previews)?);
     built.extend(openai(loaded));
@@ -35,7 +34,7 @@ fn openai(loaded: &LoadedConfig) -> Option<Built> {
     ))
 }
 
-fn webhook(loaded: &LoadedConfig, http: fn() -> reqwest::Client) -> anyhow::Result<Option<Built>> {
+fn webhook(loaded: &LoadedConfig) -> anyhow::Result<Option<Built>> {
     let config = &loaded.config;
     if config.channels.webhook.is_empty() {
         return Ok(None);
@@ -58,7 +57,8 @@ fn webhook(loaded: &LoadedConfig, http: fn() -> reqwest::Client) -> anyhow::Resu
         ferroclaw_channel_webhook::Settings {
             endpoints,
             max_body_bytes: config.server.max_body_bytes,
-            http,
+            // The shared client, built when the first callback is sent.
+            http: crate::http::shared,
         },
     )?))
 }

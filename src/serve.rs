@@ -25,7 +25,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     }
     // Every enabled channel, built in one loop; the service names no channel kind here.
     let previews = Arc::new(crate::previews::StoreLedger::default());
-    let built = crate::channels::build_enabled(loaded, crate::http::shared, previews.clone())?;
+    let built = crate::channels::build_enabled(loaded, previews.clone())?;
     let channels: Vec<Arc<dyn Channel>> = built
         .iter()
         .flat_map(|b| b.channels.iter().cloned())

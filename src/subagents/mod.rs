@@ -223,6 +223,15 @@ impl Registry {
         format!("agent:{agent}:subagent:{run_id}")
     }
 
+    /// The run whose session is `session_key` (the inverse of [`Self::session_key`]), if
+    /// it is a subagent's own session.
+    pub(crate) fn run_of_session(session_key: &str) -> Option<&str> {
+        session_key
+            .strip_prefix("agent:")
+            .and_then(|rest| rest.split_once(":subagent:"))
+            .map(|(_, run_id)| run_id)
+    }
+
     fn live_of(&self, parent_session: &str) -> usize {
         self.live
             .lock()
@@ -592,14 +601,6 @@ impl Registry {
         live.get(run_id).is_some_and(|r| r.mail.send(kind).is_ok())
     }
 
-    /// The run whose session is `session_key` (a subagent's own session), if it is one.
-    pub(crate) fn run_of_session(session_key: &str) -> Option<&str> {
-        session_key
-            .strip_prefix("agent:")
-            .and_then(|rest| rest.split_once(":subagent:"))
-            .map(|(_, run_id)| run_id)
-    }
-
     /// Children of a session that have not ended (in any process).
     pub(crate) async fn unended_children(&self, parent_session: &str) -> usize {
         match self.store.runs_of(parent_session).await {
@@ -688,43 +689,6 @@ impl Registry {
         runs.len()
     }
 
-    /// Put `message` in the inbox of a session's unended child matching `target` (in any
-    /// process) and wake it: it interrupts the step it is on and takes the message next.
-    /// Kept in the store first, so a kill -9 before the child takes it does not lose it.
-    async fn steer_run(
-        &self,
-        parent_session: &str,
-        target: &str,
-        message: &str,
-    ) -> Result<(), SpawnError> {
-        let run_id = match self.find(parent_session, target).first() {
-            Some(run) => run.id.clone(),
-            None => self
-                .store
-                .runs_of(parent_session)
-                .await
-                .map_err(|e| SpawnError::Store(e.to_string()))?
-                .into_iter()
-                .find(|r| !r.announced && (r.id == target || r.label == target))
-                .map(|r| r.id)
-                .ok_or_else(|| {
-                    SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
-                })?,
-        };
-        let put = self
-            .store
-            .run_mail_put(&run_id, MailKind::Steer, message, crate::clock::now_ms())
-            .await
-            .map_err(|e| SpawnError::Store(e.to_string()))?;
-        if !put {
-            return Err(SpawnError::NotFound(
-                "that subagent has already ended".into(),
-            ));
-        }
-        self.wake(&run_id, MailKind::Steer);
-        Ok(())
-    }
-
     /// Every live run (queued or running), oldest first by id order of the map.
     pub fn live_runs(&self) -> Vec<LiveRunView> {
         let runs = self.live.lock().expect("registry lock");
@@ -777,13 +741,41 @@ impl Spawner for Arc<Registry> {
         self.kill_here(parent_session, target)
     }
 
+    /// Put `message` in the inbox of a session's unended child matching `target` (in any
+    /// process) and wake it: it interrupts the step it is on and takes the message next.
+    /// Kept in the store first, so a kill -9 before the child takes it does not lose it.
     async fn steer(
         &self,
         parent_session: &str,
         target: &str,
         message: &str,
     ) -> Result<(), SpawnError> {
-        self.steer_run(parent_session, target, message).await
+        let run_id = match self.find(parent_session, target).first() {
+            Some(run) => run.id.clone(),
+            None => self
+                .store
+                .runs_of(parent_session)
+                .await
+                .map_err(|e| SpawnError::Store(e.to_string()))?
+                .into_iter()
+                .find(|r| !r.announced && (r.id == target || r.label == target))
+                .map(|r| r.id)
+                .ok_or_else(|| {
+                    SpawnError::NotFound(format!("no live subagent `{target}` in this session"))
+                })?,
+        };
+        let put = self
+            .store
+            .run_mail_put(&run_id, MailKind::Steer, message, crate::clock::now_ms())
+            .await
+            .map_err(|e| SpawnError::Store(e.to_string()))?;
+        if !put {
+            return Err(SpawnError::NotFound(
+                "that subagent has already ended".into(),
+            ));
+        }
+        self.wake(&run_id, MailKind::Steer);
+        Ok(())
     }
 
     fn spans_processes(&self) -> bool {

@@ -294,10 +294,7 @@ async fn execute(
         interrupted = false;
         if !spec.session_mode && waiting_for > 0 {
             let status = format!("waiting for {waiting_for} subagent(s) it started");
-            if shown.as_ref() != Some(&status) {
-                let _ = show(registry, spec, &status).await;
-                shown = Some(status);
-            }
+            show_changed(registry, spec, &mut shown, status).await;
             wait_for_mail(&mut mail).await;
             continue;
         }
@@ -313,10 +310,7 @@ async fn execute(
         }
         // `session` mode: report and stay alive for the next instruction.
         let status = format!("waiting for instructions; last result: {}", short(&reply));
-        if shown.as_ref() != Some(&status) {
-            let _ = show(registry, spec, &status).await;
-            shown = Some(status);
-        }
+        show_changed(registry, spec, &mut shown, status).await;
         wait_for_mail(&mut mail).await;
     }
 }
@@ -358,6 +352,20 @@ async fn take_mail(
                 return None;
             }
         }
+    }
+}
+
+/// Show `status` unless it is what was shown last (a waiting run looks again every
+/// [`MAIL_POLL`]; its status message is edited only when the status changes).
+async fn show_changed(
+    registry: &Registry,
+    spec: &RunSpec,
+    shown: &mut Option<String>,
+    status: String,
+) {
+    if shown.as_ref() != Some(&status) {
+        let _ = show(registry, spec, &status).await;
+        *shown = Some(status);
     }
 }
 

@@ -2,7 +2,8 @@
 
 use ferroclaw::storage::{
     JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, OutboxState, PairingState,
-    PostgresStore, RunMode, RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit,
+    PostgresStore, RunMode, RunRow, RunState, SqliteStore, Store, StoreError, TranscriptRole,
+    TurnCommit,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -514,31 +515,45 @@ async fn pairing_codes_expire_are_limited_and_approve_once(store: &dyn Store) {
     assert!(store.pairing_get("telegram", "4").await.unwrap().is_none());
 }
 
-async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
-    use ferroclaw::storage::{RunFinish, RunRow};
-    let origin = route("webhook:r", "conv", Some("t"));
-    let run = RunRow {
+/// A run of the main agent spawned by `parent_session` in `origin`, on its first step with
+/// task `t`.
+fn run_row(id: &str, parent_session: String, origin: &ChatRoute, depth: i64) -> RunRow {
+    RunRow {
         agent: "main".into(),
-        id: "run1".into(),
-        parent_session: origin.session_key(),
+        id: id.into(),
+        parent_session,
         origin_route: origin.clone(),
-        origin_message: Some("m1".into()),
-        depth: 1,
-        label: "alpha".into(),
-        task: "do it".into(),
+        origin_message: None,
+        depth,
+        label: id.into(),
+        task: "t".into(),
         model: "p/m".into(),
         mode: RunMode::Run,
-        state: RunState::Queued,
+        state: RunState::Running,
         result: None,
         status_message: None,
         announced: false,
         created_at: 5,
         started_at: None,
         ended_at: None,
-        spec: Some("{\"tools\":[]}".into()),
+        spec: None,
         step: 1,
-        step_input: Some("do it".into()),
+        step_input: Some("t".into()),
         starts: 1,
+    }
+}
+
+async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
+    use ferroclaw::storage::RunFinish;
+    let origin = route("webhook:r", "conv", Some("t"));
+    let run = RunRow {
+        origin_message: Some("m1".into()),
+        label: "alpha".into(),
+        task: "do it".into(),
+        state: RunState::Queued,
+        spec: Some("{\"tools\":[]}".into()),
+        step_input: Some("do it".into()),
+        ..run_row("run1", origin.session_key(), &origin, 1)
     };
     store.run_insert(&run).await.unwrap();
     store
@@ -718,31 +733,10 @@ async fn runs_finish_and_announce_exactly_once(store: &dyn Store) {
 /// transaction) wait in order; taking one moves it into the run's step once; an ended run's
 /// inbox is emptied and takes nothing more.
 async fn a_run_inbox_hands_each_item_to_one_step(store: &dyn Store) {
-    use ferroclaw::storage::{MailKind, RunFinish, RunRow};
+    use ferroclaw::storage::{MailKind, RunFinish};
     let origin = route("webhook:r", "inbox", None);
-    let run = |id: &str, parent_session: String, depth: i64| RunRow {
-        agent: "main".into(),
-        id: id.into(),
-        parent_session,
-        origin_route: origin.clone(),
-        origin_message: None,
-        depth,
-        label: id.into(),
-        task: "t".into(),
-        model: "p/m".into(),
-        mode: RunMode::Run,
-        state: RunState::Running,
-        result: None,
-        status_message: None,
-        announced: false,
-        created_at: 5,
-        started_at: None,
-        ended_at: None,
-        spec: None,
-        step: 1,
-        step_input: Some("t".into()),
-        starts: 1,
-    };
+    let run =
+        |id: &str, parent_session: String, depth: i64| run_row(id, parent_session, &origin, depth);
     let below = "agent:main:subagent:p1".to_string();
     for row in [
         run("p1", origin.session_key(), 1),
