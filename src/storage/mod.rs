@@ -10,6 +10,7 @@ mod connect;
 mod postgres;
 mod shared_sql;
 mod sqlite;
+mod sqlite_schema;
 mod states;
 mod types;
 

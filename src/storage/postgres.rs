@@ -1,5 +1,6 @@
 //! The PostgreSQL store: one pool; several ferroclaw processes may share the database.
 
+use super::StoreResult;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Pool, Postgres};
@@ -25,8 +26,16 @@ impl PostgresStore {
     }
 }
 
-super::shared_sql::impl_store!(
-    PostgresStore,
-    Postgres,
-    sqlx::migrate!("./migrations/postgres")
-);
+impl PostgresStore {
+    /// The migrator's own path: its advisory lock keeps two processes starting at the same
+    /// time from applying a migration twice. (Not in one transaction: the lock is released
+    /// before the commit, so a second process would apply them again.)
+    async fn migrate_schema(&self) -> StoreResult<()> {
+        sqlx::migrate!("./migrations/postgres")
+            .run(&self.write)
+            .await?;
+        Ok(())
+    }
+}
+
+super::shared_sql::impl_store!(PostgresStore, Postgres);

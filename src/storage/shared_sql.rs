@@ -33,7 +33,7 @@ macro_rules! run_mail_insert {
 }
 
 macro_rules! impl_store {
-    ($store:ty, $db:ty, $migrator:expr) => {
+    ($store:ty, $db:ty) => {
         impl $store {
             fn decode_journal(row: &<$db as sqlx::Database>::Row) -> $crate::storage::StoreResult<$crate::storage::JournalEntry> {
                 use sqlx::Row;
@@ -205,22 +205,8 @@ macro_rules! impl_store {
         #[async_trait::async_trait]
         impl $crate::storage::Store for $store {
             async fn migrate(&self) -> $crate::storage::StoreResult<()> {
-                if <$db as sqlx::Database>::NAME == "SQLite" {
-                    // SQLite: every pending migration in one transaction (each is a savepoint
-                    // in it), one commit instead of two per migration (a fresh database's
-                    // writes went from 248 to 102; most of its start-up time is SQLite
-                    // creating the schema either way). An upgrade applies all or nothing. Not on
-                    // PostgreSQL: the migrator's advisory lock is released before the commit,
-                    // so a second process starting at the same time would apply them again.
-                    let mut tx = self.write.begin().await?;
-                    // `run_direct`: `run(&mut *tx)` is what sqlx means, but its `Acquire`
-                    // bound is not general enough inside an `async_trait` (sqlx's own note).
-                    $migrator.run_direct(&mut *tx).await?;
-                    tx.commit().await?;
-                } else {
-                    $migrator.run(&self.write).await?;
-                }
-                Ok(())
+                // Each store migrates its own way (`sqlite_schema.rs`, `postgres.rs`).
+                self.migrate_schema().await
             }
 
             async fn ping(&self) -> $crate::storage::StoreResult<()> {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub struct SqliteStore {
-    write: Pool<Sqlite>,
+    pub(super) write: Pool<Sqlite>,
     read: Pool<Sqlite>,
 }
 
@@ -41,4 +41,4 @@ impl SqliteStore {
     }
 }
 
-super::shared_sql::impl_store!(SqliteStore, Sqlite, sqlx::migrate!("./migrations/sqlite"));
+super::shared_sql::impl_store!(SqliteStore, Sqlite);

@@ -23,6 +23,7 @@ mod providers;
 mod sandbox;
 mod scale_out;
 mod schedules;
+mod sqlite_schema;
 mod standard_webhooks;
 mod store_conformance;
 mod subagent_inbox;
