@@ -1,6 +1,6 @@
 //! The SQLite store: one file, WAL, a single writer connection and a few readers.
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, Pool, Sqlite};
 use std::str::FromStr;
 use std::time::Duration;
@@ -15,7 +15,7 @@ impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+            // No journal mode: migrating switches the file to WAL once (`sqlite_schema.rs`).
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(false)
@@ -32,11 +32,12 @@ impl SqliteStore {
             .before_acquire(|conn, _meta| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
             .connect_with(options.clone())
             .await?;
+        // Readers connect on first use: opening one at start (what `connect_with` does to
+        // test the pool) cost start-up time for a connection the writer already proved.
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(0)
-            .connect_with(options.read_only(false))
-            .await?;
+            .connect_lazy_with(options.read_only(false));
         Ok(SqliteStore { write, read })
     }
 }

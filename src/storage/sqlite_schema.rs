@@ -13,7 +13,7 @@
 
 use super::{SqliteStore, StoreResult};
 use sqlx::migrate::{Migrate, Migrator};
-use sqlx::{Executor, SqliteConnection};
+use sqlx::{Connection, Executor, SqliteConnection};
 
 /// The schema after the migrations it names in its first line (`-- through: N`).
 const FRESH_SCHEMA: &str = include_str!("../../migrations/sqlite_schema.sql");
@@ -33,17 +33,39 @@ fn fresh_schema_through() -> i64 {
 
 impl SqliteStore {
     pub(super) async fn migrate_schema(&self) -> StoreResult<()> {
-        let mut tx = self.write.begin().await?;
+        let mut conn = self.write.acquire().await?;
         let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master")
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await?;
-        if tables == 0 {
-            create_fresh(&mut tx).await?;
+        let fresh = tables == 0;
+        // WAL is a property of the file: set once here, every later connection opens in it
+        // (the connect options leave the journal mode alone). A fresh file is switched and
+        // filled without waiting for the disk (the switch alone cost four fsyncs): it holds
+        // nothing yet, and the first checkpoint makes it durable like every later commit.
+        if fresh {
+            conn.execute("PRAGMA synchronous = OFF").await?;
         }
-        // Applies what the script does not cover, and checks what it recorded.
-        MIGRATOR.run_direct(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(())
+        let migrated = async {
+            conn.execute("PRAGMA journal_mode = WAL").await?;
+            let mut tx = conn.begin().await?;
+            if fresh {
+                create_fresh(&mut tx).await?;
+            }
+            // Applies what the script does not cover, and checks what it recorded.
+            MIGRATOR.run_direct(&mut *tx).await?;
+            tx.commit().await?;
+            StoreResult::Ok(())
+        }
+        .await;
+        if fresh {
+            let restored = conn.execute("PRAGMA synchronous = NORMAL").await;
+            if migrated.is_err() || restored.is_err() {
+                // Never back into the pool unsynchronised.
+                conn.close_on_drop();
+            }
+            restored?;
+        }
+        migrated
     }
 }
 
@@ -71,4 +93,39 @@ async fn create_fresh(conn: &mut SqliteConnection) -> StoreResult<()> {
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{SqliteStore, Store};
+
+    /// The writer after migrating: `(journal_mode, synchronous)`.
+    async fn writer_modes(store: &SqliteStore) -> (String, i64) {
+        let mut conn = store.write.acquire().await.unwrap();
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        (journal, synchronous)
+    }
+
+    #[tokio::test]
+    async fn a_fresh_file_ends_in_wal_with_the_writer_synchronous_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("f.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        // 1 = NORMAL: the unsynchronised creation does not outlive it.
+        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
+        drop(store);
+        // Later connections open the file in WAL without asking for it.
+        let store = SqliteStore::connect(&url).await.unwrap();
+        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
+        store.migrate().await.unwrap();
+        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
+    }
 }
