@@ -17,6 +17,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_) | Command::Chat { .. }) {
+        // Its clock's calibration overlaps loading the configuration and the database.
+        ferroclaw::metrics::prepare();
+    }
     init_tracing(cli.log_format);
     match cli.command {
         Command::Config {
