@@ -73,22 +73,20 @@ impl SqliteStore {
 /// applied.
 async fn create_fresh(conn: &mut SqliteConnection) -> StoreResult<()> {
     let through = fresh_schema_through();
-    let covered: Vec<(i64, String, Vec<u8>)> = MIGRATOR
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration() && m.version <= through)
-        .map(|m| (m.version, m.description.to_string(), m.checksum.to_vec()))
-        .collect();
     // Several statements in one unprepared string, as the migrator runs a migration.
     conn.execute(FRESH_SCHEMA).await?;
     conn.ensure_migrations_table().await?;
-    for (version, description, checksum) in covered {
+    for migration in MIGRATOR
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration() && m.version <= through)
+    {
         sqlx::query(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
              VALUES ($1, $2, TRUE, $3, 0)",
         )
-        .bind(version)
-        .bind(description)
-        .bind(checksum)
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
         .execute(&mut *conn)
         .await?;
     }
