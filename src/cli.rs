@@ -77,6 +77,16 @@ pub enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Internal: read a PDF's text from stdin within limits (run by the service itself)
+    #[command(hide = true)]
+    PdfText {
+        #[arg(long)]
+        memory_bytes: u64,
+        #[arg(long)]
+        cpu_secs: u64,
+        #[arg(long)]
+        max_text_bytes: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,6 +17,16 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::PdfText {
+        memory_bytes,
+        cpu_secs,
+        max_text_bytes,
+    } = cli.command
+    {
+        // The bounded PDF reader (src/media/pdf.rs): no logging, no runtime.
+        let code = ferroclaw::media::pdf::run_child(memory_bytes, cpu_secs, max_text_bytes);
+        return ExitCode::from(code as u8);
+    }
     if matches!(cli.command, Command::Serve(_) | Command::Chat { .. }) {
         // Its clock's calibration overlaps loading the configuration and the database.
         ferroclaw::metrics::prepare();
@@ -59,6 +69,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Model { command } => model(command),
+        Command::PdfText { .. } => unreachable!("handled before logging starts"),
     }
 }
 

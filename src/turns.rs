@@ -86,6 +86,7 @@ impl TurnHandler {
             attachments: &entry.message.attachments,
             images: &[],
             mention_names: &entry.message.mention_names,
+            job: crate::schedules::job_of_message(&entry.message),
         };
         let output: TurnOutput = self
             .engine

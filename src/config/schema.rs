@@ -44,8 +44,10 @@ pub struct MediaConfig {
     pub vision_model: String,
     /// Characters of a document's text the model is given.
     pub max_excerpt_chars: usize,
-    /// How long extracting a PDF's text may take.
+    /// How long extracting a PDF's text may take (the reader is killed then).
     pub pdf_timeout_secs: u64,
+    /// The address space the PDF reader's process may use (MB).
+    pub pdf_memory_mb: u64,
 }
 
 impl Default for MediaConfig {
@@ -57,6 +59,7 @@ impl Default for MediaConfig {
             vision_model: String::new(),
             max_excerpt_chars: 4_000,
             pdf_timeout_secs: 10,
+            pdf_memory_mb: 512,
         }
     }
 }

@@ -84,10 +84,10 @@ impl Engine {
             }
             let fetched = match &attachment.source {
                 AttachmentSource::Url { url } => {
-                    media::fetch_plain(Some(url), None, limits.max_file_bytes).await
+                    media::fetch_url(&self.attachment_fetch, url, limits.max_file_bytes).await
                 }
                 AttachmentSource::Inline { base64 } => {
-                    media::fetch_plain(None, Some(base64), limits.max_file_bytes).await
+                    media::decode_inline(base64, limits.max_file_bytes)
                 }
                 AttachmentSource::Platform { id } => {
                     self.feedback
@@ -146,8 +146,13 @@ impl Engine {
                     }
                 }
             } else {
-                let timeout = std::time::Duration::from_secs(limits.pdf_timeout_secs.max(1));
-                let note = match media::document_text(&mime, bytes, timeout).await {
+                let bounds = media::PdfLimits {
+                    timeout: std::time::Duration::from_secs(limits.pdf_timeout_secs.max(1)),
+                    memory_bytes: limits.pdf_memory_mb.saturating_mul(1024 * 1024),
+                    // Room for the excerpt after whitespace is folded.
+                    max_text_bytes: limits.max_excerpt_chars.saturating_mul(16).max(64 * 1024),
+                };
+                let note = match media::document_text(&mime, bytes, bounds).await {
                     Ok(text) if text.trim().is_empty() => format!(
                         "[The user sent a document, saved at {path} ({mime}, {size}); it has no text to read.]"
                     ),

@@ -72,6 +72,8 @@ pub struct Engine {
     teams: crate::teams::Teams,
     schedules: crate::schedules::ScheduleHandle,
     transcriber: crate::media::Transcriber,
+    /// Attachment URLs are fetched under `web_fetch`'s address policy (`crate::egress`).
+    attachment_fetch: crate::egress::Guarded,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +151,9 @@ pub struct TurnInput<'a> {
     pub images: &'a [crate::providers::ImagePart],
     /// Answer only when a transcript names the bot by one of these (a group voice note).
     pub mention_names: &'a [String],
+    /// The scheduled job this turn runs for: set from the journal entry's internal flag
+    /// (`schedules::job_of_message`), never from an id a client can choose.
+    pub job: Option<&'a str>,
 }
 
 /// What a turn produced before it is committed.
@@ -201,6 +206,11 @@ impl Engine {
             .collect();
         let teams = crate::teams::Teams::from_config(&config);
         let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
+        let attachment_fetch = crate::egress::Guarded::new(
+            config.tools.web_fetch_allow_private,
+            &config.tools.web_fetch_proxy,
+            std::time::Duration::from_secs(60),
+        );
         Engine {
             store,
             chain,
@@ -216,6 +226,7 @@ impl Engine {
             teams,
             schedules,
             transcriber: Default::default(),
+            attachment_fetch,
         }
     }
 
@@ -607,6 +618,7 @@ impl Engine {
             exec: persona.and_then(|p| p.exec.clone()),
             progress: persona.and_then(|p| p.progress.clone()),
             sender: input.sender.map(str::to_string),
+            job: input.job.map(str::to_string),
             schedules: self.schedules.clone(),
             skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
             teams: self.teams.of(&agent_id),
@@ -658,7 +670,7 @@ impl Engine {
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let route = input.route;
         // A job's turn is not streamed: a heartbeat's silent answer must never show.
-        if !self.feedback.live(route) || crate::schedules::is_job_turn(input.message_id) {
+        if !self.feedback.live(route) || input.job.is_some() {
             return self
                 .chain
                 .complete_via(model, fallbacks, request, &|_| {})

@@ -6,8 +6,10 @@
 //! (`crate::engine` `media.rs`). Knows HTTP and the file system; not channels (platform
 //! files are fetched through the engine's `LiveFeedback`) or providers.
 
+pub mod pdf;
 mod transcribe;
 
+pub use pdf::PdfLimits;
 pub use transcribe::Transcriber;
 
 use crate::config::MediaConfig;
@@ -95,31 +97,33 @@ pub fn allowed(config: &MediaConfig, mime: &str) -> bool {
             .any(|p| mime.starts_with(p.as_str()))
 }
 
-/// The bytes of a URL or inline attachment, at most `max` (the platform's own files are
-/// fetched by their channel).
-pub async fn fetch_plain(
-    source_url: Option<&str>,
-    inline: Option<&str>,
+/// The bytes of an inline (base64) attachment, at most `max`.
+pub fn decode_inline(data: &str, max: u64) -> Result<Vec<u8>, FetchError> {
+    // Base64 is 4/3 of the bytes: refuse before decoding what is surely too large.
+    if (data.len() as u64) / 4 * 3 > max + 3 {
+        return Err(FetchError::TooLarge { limit: max });
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| FetchError::Failed(format!("its content is not base64: {e}")))?;
+    if bytes.len() as u64 > max {
+        Err(FetchError::TooLarge { limit: max })
+    } else {
+        Ok(bytes)
+    }
+}
+
+/// The bytes of an attachment's URL, at most `max`, fetched under the address policy of
+/// `web_fetch` (`crate::egress`: no loopback, private or metadata address, no system proxy,
+/// redirects checked). The platform's own files are fetched by their channel.
+pub async fn fetch_url(
+    guarded: &crate::egress::Guarded,
+    url: &str,
     max: u64,
 ) -> Result<Vec<u8>, FetchError> {
-    if let Some(data) = inline {
-        // Base64 is 4/3 of the bytes: refuse before decoding what is surely too large.
-        if (data.len() as u64) / 4 * 3 > max + 3 {
-            return Err(FetchError::TooLarge { limit: max });
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| FetchError::Failed(format!("its content is not base64: {e}")))?;
-        return if bytes.len() as u64 > max {
-            Err(FetchError::TooLarge { limit: max })
-        } else {
-            Ok(bytes)
-        };
-    }
-    let url = source_url.ok_or_else(|| FetchError::Failed("no source".into()))?;
-    let response = crate::http::shared()
+    let (client, url) = guarded.check(url).map_err(FetchError::Failed)?;
+    let response = client
         .get(url)
-        .timeout(std::time::Duration::from_secs(60))
         .send()
         .await
         .map_err(|e| FetchError::Failed(format!("{}", e.without_url())))?;
@@ -145,10 +149,11 @@ pub async fn fetch_plain(
 }
 
 /// Keep a file in `workspace/inbox/` under a safe, unused name; returns the path relative to
-/// the workspace (`inbox/<name>`) and the full path.
+/// the workspace (`inbox/<name>`) and the full path. Written through
+/// [`crate::workspace_fs`]: a link planted at `inbox` or at the name is refused, never
+/// written through.
 pub fn store(workspace: &Path, name: &str, bytes: &[u8]) -> std::io::Result<(String, PathBuf)> {
-    let inbox = workspace.join("inbox");
-    std::fs::create_dir_all(&inbox)?;
+    use std::io::Write;
     let clean: String = Path::new(name)
         .file_name()
         .and_then(|n| n.to_str())
@@ -172,40 +177,41 @@ pub fn store(workspace: &Path, name: &str, bytes: &[u8]) -> std::io::Result<(Str
         _ => (clean.clone(), String::new()),
     };
     let mut name = clean.clone();
-    let mut n = 1;
-    while inbox.join(&name).exists() {
-        n += 1;
-        name = format!("{stem}-{n}{ext}");
+    for n in 2.. {
+        let relative = format!("inbox/{name}");
+        match crate::workspace_fs::create_file(
+            workspace,
+            Path::new(&relative),
+            crate::workspace_fs::Existing::Refuse,
+        ) {
+            Ok(mut file) => {
+                file.write_all(bytes)?;
+                let path = workspace.join(&relative);
+                return Ok((relative, path));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => {
+                name = format!("{stem}-{n}{ext}");
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let path = inbox.join(&name);
-    std::fs::write(&path, bytes)?;
-    Ok((format!("inbox/{name}"), path))
+    unreachable!("the loop returns")
 }
 
-/// A document's text: PDF through `pdf-extract` (in a blocking thread, within `timeout`,
-/// a panic in the parser caught), text types as UTF-8. Err names why it could not be read.
+/// A document's text: PDF through `pdf-extract` in a bounded child process (`pdf.rs`: memory,
+/// CPU and time limits, output capped), text types as UTF-8 (at most `max_text_bytes`). Err
+/// names why it could not be read.
 pub async fn document_text(
     mime: &str,
     bytes: Vec<u8>,
-    timeout: std::time::Duration,
+    limits: PdfLimits,
 ) -> Result<String, String> {
     if mime == "application/pdf" {
-        let work = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(&bytes))
-        });
-        return match tokio::time::timeout(timeout, work).await {
-            Err(_) => Err(format!(
-                "reading it took longer than {} s",
-                timeout.as_secs()
-            )),
-            Ok(Err(e)) => Err(format!("the reader failed: {e}")),
-            Ok(Ok(Err(_))) => Err("the PDF is malformed (its reader gave up)".into()),
-            Ok(Ok(Ok(Err(e)))) => Err(format!("the PDF could not be read: {e}")),
-            Ok(Ok(Ok(Ok(text)))) => Ok(text),
-        };
+        return pdf::extract(bytes, limits).await;
     }
     if mime.starts_with("text/") || mime == "application/json" {
-        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+        let end = bytes.len().min(limits.max_text_bytes);
+        return Ok(String::from_utf8_lossy(&bytes[..end]).into_owned());
     }
     Err(format!("{mime} files are stored, not read"))
 }
@@ -236,25 +242,31 @@ mod tests {
         assert_eq!(c, "inbox/file");
     }
 
-    #[tokio::test]
-    async fn inline_content_is_decoded_within_the_limit() {
-        let data = base64::engine::general_purpose::STANDARD.encode(b"hello");
-        assert_eq!(fetch_plain(None, Some(&data), 10).await.unwrap(), b"hello");
-        assert_eq!(
-            fetch_plain(None, Some(&data), 3).await.unwrap_err(),
-            FetchError::TooLarge { limit: 3 }
-        );
+    #[test]
+    fn a_planted_link_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("inbox")).unwrap();
+        assert!(store(&ws, "cron", b"* * * * * root id").is_err());
+        std::fs::remove_file(ws.join("inbox")).unwrap();
+        std::fs::create_dir_all(ws.join("inbox")).unwrap();
+        std::os::unix::fs::symlink(outside.join("x"), ws.join("inbox/a.txt")).unwrap();
+        // A dangling link takes the name: the file goes under another one, inside.
+        let (path, _) = store(&ws, "a.txt", b"ok").unwrap();
+        assert_eq!(path, "inbox/a-2.txt");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     }
 
-    #[tokio::test]
-    async fn a_broken_pdf_is_named_not_a_hang() {
-        let err = document_text(
-            "application/pdf",
-            b"%PDF-1.4 garbage".to_vec(),
-            std::time::Duration::from_secs(5),
-        )
-        .await
-        .unwrap_err();
-        assert!(err.contains("PDF") || err.contains("reader"), "{err}");
+    #[test]
+    fn inline_content_is_decoded_within_the_limit() {
+        let data = base64::engine::general_purpose::STANDARD.encode(b"hello");
+        assert_eq!(decode_inline(&data, 10).unwrap(), b"hello");
+        assert_eq!(
+            decode_inline(&data, 3).unwrap_err(),
+            FetchError::TooLarge { limit: 3 }
+        );
     }
 }

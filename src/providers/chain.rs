@@ -2,9 +2,12 @@
 //!
 //! Order: the session's model (or `agent.model`), then `agent.fallbacks`. Retryable errors
 //! are retried on the same model up to `retries_per_model` times, honouring Retry-After;
-//! after that, and on auth/billing/model-not-found, the model cools down and the next one is
-//! tried. Invalid requests and context-length errors never move on. Once text has streamed
-//! to the user the chain never switches model.
+//! after that the next one is tried. Only failures that say the model is unavailable for
+//! everyone (rate limits, overload, auth/billing, model-not-found, repeated server errors:
+//! `ProviderError::cools_model`) cool it down; a bad answer or a cut stream is that request's
+//! error alone. When every model of a chain is cooling down, the one whose cooldown ends
+//! first is tried anyway rather than refusing. Invalid requests and context-length errors
+//! never move on. Once text has streamed to the user the chain never switches model.
 
 use super::{ChatRequest, ChatResponse, DeltaSink, KeyRing, ModelProvider, ProviderError};
 use async_trait::async_trait;
@@ -141,17 +144,45 @@ impl FallbackChain {
         order.extend(fallbacks.iter().filter(|m| *m != primary).cloned());
         let mut notes = Vec::new();
         let mut reasons = Vec::new();
+        let mut tried = false;
+        let mut cooling: Option<(Instant, &ModelRef)> = None;
+        // The chain in order; when nothing was tried because every usable model is cooling
+        // down, once more with the one whose cooldown ends first.
+        // Models with no usable provider only add their reason: dropped from the queue so the
+        // last usable model's turn is the queue's end.
         for model in &order {
+            if !self.providers.contains_key(&model.provider)
+                && let Some(reason) = self.unusable.get(&model.provider)
+            {
+                reasons.push(format!("{model}: {reason}"));
+            }
+        }
+        let mut queue: std::collections::VecDeque<(&ModelRef, bool)> = order
+            .iter()
+            .filter(|m| self.providers.contains_key(&m.provider))
+            .map(|m| (m, false))
+            .collect();
+        while let Some((model, forced)) = queue.pop_front() {
             let Some(provider) = self.providers.get(&model.provider) else {
-                if let Some(reason) = self.unusable.get(&model.provider) {
-                    reasons.push(format!("{model}: {reason}"));
-                }
                 continue;
             };
-            if self.cooling_down(model) {
+            if !forced && let Some(until) = self.cooling_until(model) {
                 notes.push(format!("{model}: cooling down"));
+                if cooling.is_none_or(|(first, _)| until < first) {
+                    cooling = Some((until, model));
+                }
+                if queue.is_empty()
+                    && !tried
+                    && let Some((_, soonest)) = cooling.take()
+                {
+                    // Every usable model is cooling down: refusing would black the agent
+                    // out; the one that recovers first is tried.
+                    tracing::info!(model = %soonest, "every model is cooling down; trying the one that recovers first");
+                    queue.push_back((soonest, true));
+                }
                 continue;
             }
+            tried = true;
             let streamed = AtomicBool::new(false);
             let label = model.to_string();
             let started = std::sync::Mutex::new(std::time::Instant::now());
@@ -207,7 +238,9 @@ impl FallbackChain {
                     tokio::time::sleep(wait).await;
                     continue;
                 }
-                self.cool_down(model);
+                if error.cools_model() {
+                    self.cool_down(model);
+                }
                 crate::metrics::fallback(&label);
                 notes.push(format!("{model}: {error}"));
                 break;
@@ -226,15 +259,16 @@ impl FallbackChain {
         Err(ChainError::Exhausted(notes.join("; ")))
     }
 
-    fn cooling_down(&self, model: &ModelRef) -> bool {
-        let mut cooling = self.cooling.lock().expect("cooldown lock");
+    /// When `model`'s cooldown ends, if it is cooling down now.
+    fn cooling_until(&self, model: &ModelRef) -> Option<Instant> {
+        let mut cooling = self.cooling.lock().unwrap_or_else(|p| p.into_inner());
         match cooling.get(model) {
-            Some(until) if Instant::now() < *until => true,
+            Some(until) if Instant::now() < *until => Some(*until),
             Some(_) => {
                 cooling.remove(model);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -242,10 +276,15 @@ impl FallbackChain {
         if self.cooldown.is_zero() {
             return;
         }
+        // Computed before the lock is taken, and saturating: no value can panic under it.
+        let now = Instant::now();
+        let until = now
+            .checked_add(self.cooldown)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
         self.cooling
             .lock()
-            .expect("cooldown lock")
-            .insert(model.clone(), Instant::now() + self.cooldown);
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(model.clone(), until);
     }
 }
 

@@ -209,6 +209,24 @@ impl ProviderError {
         )
     }
 
+    /// Whether this failure says the model (or its provider) is unavailable for everyone for
+    /// a while — rate limits, overload, refused or exhausted keys, a missing model, server
+    /// errors that outlasted the retries — so the chain cools it down. A bad answer, a cut
+    /// stream, a timeout or a dropped connection is that one request's error: other
+    /// conversations keep the model.
+    pub fn cools_model(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::RateLimited { .. }
+                | ProviderError::Overloaded { .. }
+                | ProviderError::Server { .. }
+                | ProviderError::Auth { .. }
+                | ProviderError::Billing
+                | ProviderError::ModelNotFound
+                | ProviderError::KeysExhausted { .. }
+        )
+    }
+
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ProviderError::RateLimited { retry_after }

@@ -191,14 +191,18 @@ pub fn is_job_message(message: &InboundMessage) -> bool {
     message.internal && message.sender.id.starts_with(JOB_PREFIX)
 }
 
-/// Whether the message being answered (by its platform id) is a job's turn.
-pub fn is_job_turn(message_id: &str) -> bool {
-    message_id.starts_with(JOB_PREFIX)
+/// The job a journalled message is the turn of: only an internal entry (which only the
+/// scheduler writes) counts; a person's message never does, whatever its id or sender.
+pub fn job_of_message(message: &InboundMessage) -> Option<&str> {
+    if !message.internal {
+        return None;
+    }
+    message.sender.id.strip_prefix(JOB_PREFIX)
 }
 
-/// The job a turn belongs to (its platform id `job:<id>:<due>`).
-pub fn job_of_turn(message_id: &str) -> Option<&str> {
-    message_id.strip_prefix(JOB_PREFIX)?.split(':').next()
+/// A new job's id: 16 hex digits of a random UUID (64 bits), not guessable.
+pub fn new_job_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
 }
 
 /// The session a job's turns run in.

@@ -228,6 +228,7 @@ async fn execute(
                 attachments: &[],
                 images: &[],
                 mention_names: &[],
+                job: None,
             };
             let stop = CancellationToken::new();
             let output = {

@@ -1,5 +1,6 @@
 //! `read_file`, `write_file`, `list_files`: confined to the session's workspace folder.
-//! Absolute paths, `..` and symlinks that lead outside are refused.
+//! Absolute paths, `..` and symlinks are refused; files are opened through
+//! [`crate::workspace_fs`], so a link swapped in after the check is not followed either.
 
 use super::{Tool, ToolContext, ToolError};
 use async_trait::async_trait;
@@ -8,8 +9,9 @@ use std::path::{Component, Path, PathBuf};
 
 const MAX_READ_BYTES: u64 = 256 * 1024;
 
-/// Resolve `relative` inside `root`, refusing anything that could leave it. The returned path
-/// may not exist yet (for writes); every existing ancestor is checked after resolving links.
+/// Checks that `relative` names a place inside `root` (no `..`, not absolute) and that no
+/// symlink leads there; the tools open the file through [`crate::workspace_fs`] anyway, which
+/// follows no link, so this check is only for an early, clear answer.
 pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
     let rel = Path::new(relative);
     if rel.is_absolute() || relative.starts_with('~') {
@@ -28,24 +30,25 @@ pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
         }
     }
     std::fs::create_dir_all(root).map_err(|e| ToolError(format!("workspace unavailable: {e}")))?;
-    let root = root
-        .canonicalize()
-        .map_err(|e| ToolError(format!("workspace unavailable: {e}")))?;
-    let joined = root.join(rel);
-    // Walk up to the deepest existing ancestor and resolve it: symlinks out are caught here.
-    let mut existing = joined.as_path();
-    while !existing.exists() && existing.symlink_metadata().is_err() {
-        existing = existing.parent().unwrap_or(&root);
+    let mut at = root.to_path_buf();
+    for component in rel.components() {
+        if let Component::Normal(name) = component {
+            at.push(name);
+            if at
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                return Err(ToolError::new(
+                    "the path goes through a symlink (links are not followed)",
+                ));
+            }
+        }
     }
-    let resolved = existing
-        .canonicalize()
-        .map_err(|_| ToolError::new("the path leads through a broken or looping link"))?;
-    if !resolved.starts_with(&root) {
-        return Err(ToolError::new(
-            "the path leads outside the workspace (symlink)",
-        ));
-    }
-    Ok(joined)
+    Ok(root.join(rel))
+}
+
+fn fs_error(what: &str, e: std::io::Error) -> ToolError {
+    ToolError(format!("{what}: {}", crate::workspace_fs::describe(&e)))
 }
 
 /// `{"path": ...}` (the workspace itself when absent).
@@ -85,24 +88,25 @@ impl Tool for ReadFile {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let PathArgs { path: given } = super::typed(args)?;
-        let path = confine(&cx.workspace, &given)?;
-        let meta = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| ToolError(format!("cannot read: {e}")))?;
-        if !meta.is_file() {
-            // A FIFO or device would block the turn (or never end).
-            return Err(ToolError::new("not a regular file"));
-        }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(ToolError(format!(
-                "file is {} bytes; the limit is {MAX_READ_BYTES}",
-                meta.len()
-            )));
-        }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ToolError(format!("cannot read: {e}")))?;
-        String::from_utf8(bytes).map_err(|_| ToolError::new("file is not UTF-8 text"))
+        confine(&cx.workspace, &given)?;
+        let root = cx.workspace.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let (file, size) = crate::workspace_fs::open_read(&root, Path::new(&given))
+                .map_err(|e| fs_error("cannot read", e))?;
+            if size > MAX_READ_BYTES {
+                return Err(ToolError(format!(
+                    "file is {size} bytes; the limit is {MAX_READ_BYTES}"
+                )));
+            }
+            let mut bytes = Vec::new();
+            file.take(MAX_READ_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| ToolError(format!("cannot read: {e}")))?;
+            String::from_utf8(bytes).map_err(|_| ToolError::new("file is not UTF-8 text"))
+        })
+        .await
+        .map_err(|e| ToolError(format!("cannot read: {e}")))?
     }
 }
 
@@ -125,25 +129,23 @@ impl Tool for WriteFile {
             path: given,
             content,
         } = super::typed(args)?;
-        let path = confine(&cx.workspace, &given)?;
-        match path.symlink_metadata() {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(ToolError::new("refusing to write through a symlink"));
-            }
-            Ok(m) if !m.is_file() => {
-                return Err(ToolError::new("not a regular file"));
-            }
-            _ => {}
-        }
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| ToolError(format!("cannot create folder: {e}")))?;
-        }
-        tokio::fs::write(&path, &content)
-            .await
-            .map_err(|e| ToolError(format!("cannot write: {e}")))?;
-        Ok(format!("wrote {} bytes to {given}", content.len()))
+        confine(&cx.workspace, &given)?;
+        let root = cx.workspace.clone();
+        let len = content.len();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut file = crate::workspace_fs::create_file(
+                &root,
+                Path::new(&given),
+                crate::workspace_fs::Existing::Truncate,
+            )
+            .map_err(|e| fs_error("cannot write", e))?;
+            file.write_all(content.as_bytes())
+                .map_err(|e| ToolError(format!("cannot write: {e}")))?;
+            Ok(format!("wrote {len} bytes to {given}"))
+        })
+        .await
+        .map_err(|e| ToolError(format!("cannot write: {e}")))?
     }
 }
 
@@ -165,24 +167,14 @@ impl Tool for ListFiles {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let PathArgs { path: given } = super::typed(args)?;
-        let path = confine(&cx.workspace, &given)?;
-        let mut dir = tokio::fs::read_dir(&path)
-            .await
-            .map_err(|e| ToolError(format!("cannot list: {e}")))?;
-        let mut names = Vec::new();
-        while let Some(entry) = dir
-            .next_entry()
-            .await
-            .map_err(|e| ToolError(format!("cannot list: {e}")))?
-        {
-            let kind = entry
-                .file_type()
-                .await
-                .map(|t| if t.is_dir() { "/" } else { "" })
-                .unwrap_or("");
-            names.push(format!("{}{kind}", entry.file_name().to_string_lossy()));
-        }
-        names.sort();
+        confine(&cx.workspace, &given)?;
+        let root = cx.workspace.clone();
+        let names = tokio::task::spawn_blocking(move || {
+            crate::workspace_fs::list(&root, Path::new(&given))
+                .map_err(|e| fs_error("cannot list", e))
+        })
+        .await
+        .map_err(|e| ToolError(format!("cannot list: {e}")))??;
         Ok(if names.is_empty() {
             "(empty)".into()
         } else {
@@ -212,17 +204,12 @@ mod tests {
             "link.txt",
             "out",
             "out/new.txt",
+            "inside/e.txt",
             "~/x",
         ] {
             assert!(confine(&root, bad).is_err(), "{bad} must be refused");
         }
-        for good in [
-            "a.txt",
-            "sub/b.txt",
-            "./c.txt",
-            "new/deep/d.txt",
-            "inside/e.txt",
-        ] {
+        for good in ["a.txt", "sub/b.txt", "./c.txt", "new/deep/d.txt"] {
             assert!(confine(&root, good).is_ok(), "{good} must be allowed");
         }
     }

@@ -27,7 +27,7 @@ pub use send_file::SendFile;
 pub use skill_tool::ReadSkill;
 pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
 pub use team_tools::{TeamMessageTool, TeamTasks};
-pub use web_fetch::{WebFetch, is_private};
+pub use web_fetch::WebFetch;
 
 use crate::outbox::OutboxNotifier;
 use crate::providers::{ToolCall, ToolSpec};
@@ -66,6 +66,9 @@ pub struct ToolContext {
     pub agent_id: String,
     /// Who sent the message answered (None for a subagent's step).
     pub sender: Option<String>,
+    /// The scheduled job whose turn this is (from the journal's internal flag, never from a
+    /// platform message id, which webhook and API clients choose).
+    pub job: Option<String>,
     /// Scheduling limits and the scheduler's wake-up.
     pub schedules: crate::schedules::ScheduleHandle,
     /// The teams it is a member of (`team_tasks`, `team_message`).

@@ -70,7 +70,7 @@ impl Tool for ScheduleTool {
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let limits = &cx.schedules.config;
         // A job's own turn: the job it runs for (its session owns what it creates).
-        let parent = match cx.in_reply_to.as_deref().and_then(schedules::job_of_turn) {
+        let parent = match cx.job.as_deref() {
             Some(id) => cx.store.job_get(id).await.map_err(failed)?,
             None => None,
         };
@@ -151,7 +151,7 @@ impl Tool for ScheduleTool {
                     }
                     None => 0,
                 };
-                let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+                let id = schedules::new_job_id();
                 let job = Job {
                     id,
                     session_key: owner,
@@ -160,10 +160,10 @@ impl Tool for ScheduleTool {
                         .to_string(),
                     origin_route: cx.route.clone(),
                     // A job's message id is not the platform's: replies refer to none.
-                    origin_message: cx
-                        .in_reply_to
-                        .clone()
-                        .filter(|m| !schedules::is_job_turn(m)),
+                    origin_message: match &parent {
+                        Some(parent) => parent.origin_message.clone(),
+                        None => cx.in_reply_to.clone(),
+                    },
                     kind,
                     spec,
                     timezone: zone_name,

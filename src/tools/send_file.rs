@@ -1,6 +1,11 @@
 //! `send_file`: a file from the session's workspace, delivered natively by the chat's
 //! channel (a Telegram photo or document, a webhook download) through the outbox, so exactly
-//! once; a path outside the workspace is refused.
+//! once; a path outside the workspace, or through a symlink, is refused.
+//!
+//! The file is copied out of the workspace when it is queued (opened with no link followed,
+//! into `<agent workspace>/.sent/`, which no session's sandbox mounts), so what is delivered
+//! later — a retry, a download an hour on — is what was sent, whatever a sandboxed command
+//! does to the workspace meanwhile. Files above [`MAX_SEND_BYTES`] are refused.
 
 use super::{Tool, ToolContext, ToolError};
 use crate::storage::NewOutbound;
@@ -9,6 +14,54 @@ use ferroclaw_channel_core::{OutboundFile, OutboundKind};
 use serde_json::{Value, json};
 
 pub struct SendFile;
+
+/// The largest file `send_file` sends (Telegram's own limit for a bot's document).
+pub const MAX_SEND_BYTES: u64 = 50 * 1024 * 1024;
+
+/// The folder beside the sessions' workspaces where queued files are kept (session folders
+/// never start with `.`, so no session — and no sandbox — sees it).
+fn spool_dir(workspace: &std::path::Path) -> std::path::PathBuf {
+    workspace.parent().unwrap_or(workspace).join(".sent")
+}
+
+/// Copies the workspace file `relative` into the spool; returns the copy's path and size.
+fn spool(
+    workspace: &std::path::Path,
+    relative: &str,
+    name: &str,
+) -> Result<(std::path::PathBuf, u64), ToolError> {
+    use std::io::Read;
+    let (file, size) = crate::workspace_fs::open_read(workspace, std::path::Path::new(relative))
+        .map_err(|e| {
+            ToolError(format!(
+                "cannot send `{relative}`: {}",
+                crate::workspace_fs::describe(&e)
+            ))
+        })?;
+    let too_large = || {
+        ToolError(format!(
+            "`{relative}` is too large to send: the limit is {}",
+            crate::media::human(MAX_SEND_BYTES)
+        ))
+    };
+    if size > MAX_SEND_BYTES {
+        return Err(too_large());
+    }
+    // A folder per file keeps its name as it was (channels send the file under it).
+    let dir = spool_dir(workspace).join(uuid::Uuid::new_v4().simple().to_string());
+    std::fs::create_dir_all(&dir).map_err(|e| ToolError(format!("cannot queue the file: {e}")))?;
+    let copy = dir.join(name);
+    let mut out = std::fs::File::create(&copy)
+        .map_err(|e| ToolError(format!("cannot queue the file: {e}")))?;
+    // The file may grow after the size was read: copy at most the limit and one byte more.
+    let copied = std::io::copy(&mut file.take(MAX_SEND_BYTES + 1), &mut out)
+        .map_err(|e| ToolError(format!("cannot queue the file: {e}")))?;
+    if copied > MAX_SEND_BYTES {
+        let _ = std::fs::remove_file(&copy);
+        return Err(too_large());
+    }
+    Ok((copy, copied))
+}
 
 #[async_trait]
 impl Tool for SendFile {
@@ -33,16 +86,17 @@ impl Tool for SendFile {
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let path = args["path"].as_str().unwrap_or_default();
         let full = super::confine(&cx.workspace, path)?;
-        let meta = std::fs::metadata(&full)
-            .map_err(|_| ToolError(format!("no file `{path}` in your workspace")))?;
-        if !meta.is_file() {
-            return Err(ToolError(format!("`{path}` is not a file")));
-        }
         let name = full
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("file")
             .to_string();
+        let (workspace, relative, file_name) =
+            (cx.workspace.clone(), path.to_string(), name.clone());
+        let (copy, size) =
+            tokio::task::spawn_blocking(move || spool(&workspace, &relative, &file_name))
+                .await
+                .map_err(|e| ToolError(format!("cannot queue the file: {e}")))??;
         let mime = crate::media::mime_from_name(&name)
             .unwrap_or("application/octet-stream")
             .to_string();
@@ -53,7 +107,7 @@ impl Tool for SendFile {
             in_reply_to: cx.in_reply_to.clone(),
             edit_of: None,
             file: Some(OutboundFile {
-                path: full.display().to_string(),
+                path: copy.display().to_string(),
                 name: name.clone(),
                 mime: mime.clone(),
             }),
@@ -61,6 +115,6 @@ impl Tool for SendFile {
         crate::outbox::post(&*cx.store, &cx.outbox, &cx.session_key, message)
             .await
             .map_err(|e| ToolError(format!("the file could not be queued: {e}")))?;
-        Ok(format!("sent {name} ({mime}, {} bytes)", meta.len()))
+        Ok(format!("sent {name} ({mime}, {size} bytes)"))
     }
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod adversarial;
 mod agents;
 mod auth_profiles;
 mod chaos;

@@ -5,28 +5,22 @@
 //! failed transcription answered clearly without a model call.
 
 use crate::common::files::{FileHost, PNG};
-use crate::common::hook::{Hook, now};
+use crate::common::hook::Hook;
 use crate::common::llm::{Behaviour, LlmStandIn, Recorded, last_user};
 use crate::common::service::{Service, Workdir, config_with_llm};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 const SECRET: &str = "media-secret";
-const WEBHOOK: &str = "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n";
+/// The file host is on 127.0.0.1, which attachment fetches refuse unless private addresses
+/// are allowed (`tools.web_fetch_allow_private`, the policy of every fetch a message causes).
+const WEBHOOK: &str =
+    "[tools]\nweb_fetch_allow_private = true\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n";
 
 async fn send(hook: &Hook, conversation: &str, id: &str, text: &str, attachments: Value) -> Value {
     let body = json!({"conversation_id": conversation, "message_id": id, "text": text,
         "sender": {"id": "u-1", "name": "Ann"}, "attachments": attachments});
-    let (status, body) = hook
-        .post_raw(
-            "/v1/webhooks/main/messages?wait=30",
-            &body.to_string(),
-            now(),
-            SECRET,
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body
+    hook.post_message(&body).await
 }
 
 fn answer(body: &Value) -> String {
@@ -415,7 +409,8 @@ async fn a_discord_attachment_reaches_the_model_and_send_file_goes_back_as_an_at
     let config = config_with_llm(
         &llm.url,
         &format!(
-            "[channels.discord]\nenabled = true\ntoken_env = \"FC_DC_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n",
+            "[tools]\nweb_fetch_allow_private = true\n\
+             [channels.discord]\nenabled = true\ntoken_env = \"FC_DC_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n",
             dc.url
         ),
     )

@@ -385,17 +385,8 @@ async fn a_container_left_by_kill_9_is_removed_at_the_next_start() {
         }
     })
     .await;
-    let cfg = config_with_llm(
-        &llm.url,
-        &format!(
-            "{}\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
-            sandbox_toml("")
-        ),
-    );
-    let work = Workdir::new(&cfg);
+    let (work, service, hook) = sandboxed_webhook_service(&llm).await;
     let env = [("FC_HOOK", "hook-secret")];
-    let service = Service::start(&work, &env).await;
-    let hook = Hook::new(&service, "hook-secret");
     // A conversation of its own, so containers of other runs never count.
     let conversation = format!("kill9-{}", std::process::id());
     let (status, _) = hook
@@ -415,5 +406,149 @@ async fn a_container_left_by_kill_9_is_removed_at_the_next_start() {
         service
             .logs()
             .contains("removed sandbox containers left by an earlier run")
+    );
+}
+
+async fn sandboxed_webhook_service(llm: &LlmStandIn) -> (Workdir, Service, Hook) {
+    let cfg = config_with_llm(
+        &llm.url,
+        &format!(
+            "{}\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+            sandbox_toml("")
+        ),
+    );
+    let work = Workdir::new(&cfg);
+    let service = Service::start(&work, &[("FC_HOOK", "hook-secret")]).await;
+    let hook = Hook::new(&service, "hook-secret");
+    (work, service, hook)
+}
+
+/// Issue #33.1: a sandboxed command swaps a sent file for a link to the service's environment
+/// (and to a host file) after `send_file` queued it; the download still gives what was sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sent_file_swapped_for_a_symlink_leaks_nothing() {
+    require_docker();
+    let llm = LlmStandIn::start(crate::common::llm::calls_from_the_message()).await;
+    let (work, service, hook) = sandboxed_webhook_service(&llm).await;
+    let host_secret = work.path().join("host-secret.txt");
+    std::fs::write(&host_secret, "HOST-ONLY-MARKER").unwrap();
+    let conversation = format!("swap-{}", std::process::id());
+    let calls = json!([
+        ["exec", {"command": "echo harmless > out.txt; echo harmless > two.txt"}],
+        ["send_file", {"path": "out.txt"}],
+        ["send_file", {"path": "two.txt"}],
+        ["exec", {"command": format!(
+            "ln -sf /proc/self/environ out.txt; ln -sf {} two.txt; ls -l", host_secret.display())}],
+        // Sending through a planted link is refused outright.
+        ["send_file", {"path": "two.txt"}],
+    ]);
+    let (status, body) = hook
+        .send(
+            &conversation,
+            None,
+            "m1",
+            &format!("run {calls}"),
+            "?wait=60",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The two files first, then the answer.
+    let text = body["replies"][2]["text"].as_str().unwrap_or_default();
+    let parts: Vec<&str> = text.split("\n=====\n").collect();
+    assert_eq!(parts.len(), 5, "{body}");
+    assert!(parts[3].contains("-> /proc/self/environ"), "{}", parts[3]);
+    assert!(
+        parts[4].starts_with("Error:") && parts[4].contains("symlink"),
+        "{}",
+        parts[4]
+    );
+    let listed = hook.list(&conversation, 0).await;
+    let files: Vec<&Value> = listed.iter().filter(|m| !m["file"].is_null()).collect();
+    assert_eq!(files.len(), 2, "{listed:?}");
+    let client = reqwest::Client::new();
+    for message in files {
+        let url = format!(
+            "{}{}",
+            service.base,
+            message["file"]["download"].as_str().unwrap()
+        );
+        let got = client
+            .get(&url)
+            .bearer_auth("hook-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status(), 200);
+        let bytes = got.bytes().await.unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(text, "harmless\n", "the file as it was sent");
+        assert!(!text.contains("hook-secret") && !text.contains("HOST-ONLY-MARKER"));
+    }
+}
+
+/// Issue #33.2: a sandboxed command replaces `inbox` with a link to a host folder, or plants
+/// a dangling link where an upload's name would go: the next uploads never land outside.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_are_never_written_through_planted_symlinks() {
+    require_docker();
+    use base64::Engine as _;
+    let llm = LlmStandIn::start(crate::common::llm::calls_from_the_message()).await;
+    let (work, _service, hook) = sandboxed_webhook_service(&llm).await;
+    let victim = work.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let conversation = format!("plant-{}", std::process::id());
+    let upload = |id: &str, name: &str| {
+        json!({"conversation_id": conversation, "message_id": id, "text": "keep this",
+            "sender": {"id": "u-7", "name": "Alice"},
+            "attachments": [{"name": name, "mime": "text/plain",
+                "base64": base64::engine::general_purpose::STANDARD.encode("* * * * * root id")}]})
+    };
+    let post = |body: Value| {
+        let hook = &hook;
+        async move {
+            let body = hook.post_message(&body).await;
+            body["replies"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let calls =
+        json!([["exec", {"command": format!("rm -rf inbox; ln -s {} inbox", victim.display())}]]);
+    hook.send(
+        &conversation,
+        None,
+        "m1",
+        &format!("run {calls}"),
+        "?wait=60",
+    )
+    .await;
+    let reply = post(upload("m2", "cron")).await;
+    assert!(reply.contains("could not be stored"), "{reply}");
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+
+    let calls = json!([["exec", {"command": format!(
+        "rm -f inbox; mkdir inbox; ln -s {}/planted inbox/evil.txt", victim.display())}]]);
+    hook.send(
+        &conversation,
+        None,
+        "m3",
+        &format!("run {calls}"),
+        "?wait=60",
+    )
+    .await;
+    let reply = post(upload("m4", "evil.txt")).await;
+    assert!(
+        reply.contains("inbox/evil-2.txt"),
+        "stored under another name: {reply}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing written outside"
     );
 }

@@ -251,7 +251,7 @@ pub(crate) fn parse_body(
     })
 }
 
-/// One `attachments[i]`: `{kind?, name?, mime?, url | content (base64)}`.
+/// One `attachments[i]`: `{kind?, name?, mime?, url | base64 (alias: content)}`.
 fn attachment(i: usize, value: &Value) -> Result<Attachment, String> {
     let field = |f: &str| format!("attachments[{i}].{f}");
     let object = value
@@ -264,7 +264,16 @@ fn attachment(i: usize, value: &Value) -> Result<Attachment, String> {
             Some(_) => Err(format!("field `{}` must be a non-empty string", field(f))),
         }
     };
-    let source = match (text("url")?, text("content")?) {
+    // SPEC §15 names the inline form `base64`; `content` is kept as its alias.
+    let inline = match (text("base64")?, text("content")?) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "field `attachments[{i}]`: give `base64` or its alias `content`, not both"
+            ));
+        }
+        (base64, content) => base64.or(content),
+    };
+    let source = match (text("url")?, inline) {
         (Some(url), None) if url.starts_with("http://") || url.starts_with("https://") => {
             AttachmentSource::Url { url }
         }
@@ -272,7 +281,7 @@ fn attachment(i: usize, value: &Value) -> Result<Attachment, String> {
         (None, Some(base64)) => AttachmentSource::Inline { base64 },
         _ => {
             return Err(format!(
-                "field `attachments[{i}]` needs exactly one of `url` and `content`"
+                "field `attachments[{i}]` needs exactly one of `url` and `base64`"
             ));
         }
     };
@@ -360,7 +369,12 @@ async fn download_file(
         .map_err(|e| unavailable(&name, "files", e))?
         .ok_or_else(not_found)?;
     let file = message.file.ok_or_else(not_found)?;
-    let bytes = tokio::fs::read(&file.path).await.map_err(|_| not_found())?;
+    // Streamed from the file, never read whole into memory.
+    let opened = tokio::fs::File::open(&file.path)
+        .await
+        .map_err(|_| not_found())?;
+    let size = opened.metadata().await.map_err(|_| not_found())?.len();
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(opened));
     let disposition = format!(
         "attachment; filename=\"{}\"",
         file.name.replace(['"', '\\', '\r', '\n'], "_")
@@ -369,8 +383,9 @@ async fn download_file(
         [
             (axum::http::header::CONTENT_TYPE, file.mime),
             (axum::http::header::CONTENT_DISPOSITION, disposition),
+            (axum::http::header::CONTENT_LENGTH, size.to_string()),
         ],
-        bytes,
+        body,
     )
         .into_response())
 }

@@ -23,18 +23,45 @@ pub const PNG: &[u8] = &[
 /// A one-page PDF showing `text` in Helvetica.
 pub fn tiny_pdf(text: &str) -> Vec<u8> {
     let stream = format!("BT /F1 18 Tf 10 100 Td ({text}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 144] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_string(),
-        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    pdf_with_contents(stream.as_bytes(), "")
+}
+
+/// A decompression bomb: one page whose Flate-compressed content stream inflates to about
+/// `inflated` bytes of text operators (a few hundred KB on the wire for 60 MB).
+pub fn bomb_pdf(inflated: usize) -> Vec<u8> {
+    use std::io::Write;
+    let op = b"BT /F1 12 Tf 10 100 Td (boom boom boom boom) Tj ET\n";
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut written = 0;
+    let block = op.repeat(4096);
+    while written < inflated {
+        encoder.write_all(&block).unwrap();
+        written += block.len();
+    }
+    pdf_with_contents(&encoder.finish().unwrap(), "/Filter /FlateDecode ")
+}
+
+/// A one-page PDF whose content stream is `stream` (with `filter`, e.g. `/Filter /FlateDecode `).
+pub fn pdf_with_contents(stream: &[u8], filter: &str) -> Vec<u8> {
+    let objects: [Vec<u8>; 5] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 144] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_vec(),
+        [
+            format!("<< {filter}/Length {} >>\nstream\n", stream.len()).as_bytes(),
+            stream,
+            b"\nendstream",
+        ]
+        .concat(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
     ];
     let mut out = b"%PDF-1.4\n".to_vec();
     let mut offsets = Vec::new();
     for (i, object) in objects.iter().enumerate() {
         offsets.push(out.len());
-        out.extend(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
+        out.extend(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend(object);
+        out.extend(b"\nendobj\n");
     }
     let xref = out.len();
     out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());

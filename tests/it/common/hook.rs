@@ -44,6 +44,21 @@ impl Hook {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Posts a whole message body, signed, waiting up to a minute for the turn; asserts 200
+    /// and returns the answer (`replies`, ...).
+    pub async fn post_message(&self, body: &Value) -> Value {
+        let (status, answer) = self
+            .post_raw(
+                "/v1/webhooks/main/messages?wait=60",
+                &body.to_string(),
+                now(),
+                &self.secret,
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        answer
+    }
+
     pub async fn send(
         &self,
         conversation: &str,

@@ -221,6 +221,23 @@ impl LlmStandIn {
 }
 
 /// The contents of the tool results in a request (the whole history).
+/// A model that, for a user message `run <json list of [tool, args]>`, makes those calls one
+/// per step, then answers with the results joined.
+pub fn calls_from_the_message() -> impl Fn(&Value, usize) -> Behaviour {
+    |body, _| {
+        let user = last_user(body);
+        let Some(list) = user.strip_prefix("run ") else {
+            return Behaviour::reply(format!("model read: {user}"));
+        };
+        let calls: Vec<(String, Value)> = serde_json::from_str(list).unwrap();
+        let done = fresh_results(body);
+        match calls.get(done.len()) {
+            Some((name, args)) => Behaviour::tool(name, args.clone()),
+            None => Behaviour::reply(done.join("\n=====\n")),
+        }
+    }
+}
+
 pub fn tool_results(body: &Value) -> Vec<String> {
     tool_results_from(body, 0)
 }
