@@ -60,6 +60,19 @@ impl TurnHandler {
         entry: &JournalEntry,
         stop: &CancellationToken,
     ) -> Result<(), TurnError> {
+        // A cancelled job's queued turns are dropped (answered with nothing).
+        if let Some(job) = crate::schedules::job_of_message(&entry.message) {
+            let cancelled = self
+                .store
+                .job_get(job)
+                .await?
+                .is_none_or(|job| job.state == crate::storage::JobState::Cancelled);
+            if cancelled {
+                tracing::info!(job, "the job was cancelled; its queued turn is dropped");
+                crate::metrics::job_run("dropped_cancelled");
+                return Ok(self.answer(entry, None).await?);
+            }
+        }
         // A subagent's outcome starts an internal turn, which may spawn again: such chains
         // are capped, and `/stop` ends them.
         // A job's turn is not a chain step (jobs have their own limits).

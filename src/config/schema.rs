@@ -102,6 +102,10 @@ pub struct SchedulesConfig {
     pub max_chain: u32,
     /// A run found later than this was missed (the service was down): `missed` decides.
     pub missed_after_secs: u64,
+    /// The shortest time between two runs of a recurring job.
+    pub min_interval_secs: u64,
+    /// Job turns this process starts per minute, all jobs together; runs beyond are skipped.
+    pub max_turns_per_minute: u32,
 }
 
 impl Default for SchedulesConfig {
@@ -113,6 +117,8 @@ impl Default for SchedulesConfig {
             max_per_job_turn: 1,
             max_chain: 3,
             missed_after_secs: 60,
+            min_interval_secs: 60,
+            max_turns_per_minute: 30,
         }
     }
 }

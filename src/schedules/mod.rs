@@ -155,6 +155,22 @@ fn next_cron(cron: &croner::Cron, tz: &TimeZone, after_ms: i64) -> Option<i64> {
         .map(|t| t.timestamp().as_millisecond())
 }
 
+/// The shortest time (ms) between two of the next `samples` runs of a cron expression
+/// (a cron may run unevenly: `0,1 * * * *` is a minute apart, then 59).
+pub fn shortest_gap(expr: &str, tz: &TimeZone, from_ms: i64, samples: usize) -> Option<i64> {
+    let cron = cron(expr).ok()?;
+    let mut at = next_cron(&cron, tz, from_ms)?;
+    let mut shortest: Option<i64> = None;
+    for _ in 1..samples {
+        let Some(next) = next_cron(&cron, tz, at) else {
+            break;
+        };
+        shortest = Some(shortest.map_or(next - at, |s| s.min(next - at)));
+        at = next;
+    }
+    shortest
+}
+
 /// A job's run after `after_ms` (None: a one-shot job is done).
 pub fn next_run(job: &Job, after_ms: i64) -> Option<i64> {
     match job.kind {
@@ -297,6 +313,19 @@ mod tests {
             first_run(None, None, Some("*/2 * * * * *"), &TimeZone::UTC, now()).unwrap();
         assert_eq!(every, now().as_millisecond() + 2_000);
         assert!(first_run(None, None, Some("not cron"), &TimeZone::UTC, now()).is_err());
+        let from = now().as_millisecond();
+        assert_eq!(
+            shortest_gap("* * * * * *", &TimeZone::UTC, from, 20),
+            Some(1_000)
+        );
+        assert_eq!(
+            shortest_gap("0,1 * * * *", &TimeZone::UTC, from, 20),
+            Some(60_000)
+        );
+        assert_eq!(
+            shortest_gap("0 9 * * 1", &berlin, from, 20),
+            Some(7 * 86_400_000)
+        );
         assert!(zone("Mars/Olympus").is_err());
     }
 }

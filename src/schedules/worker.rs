@@ -4,6 +4,11 @@
 //! processes on one database; the entry then goes to the lanes like any message. A run
 //! found late by more than `missed_after_secs` (the service was down) follows the job's
 //! policy: `run_once` fires it once now, `skip` only moves it on.
+//!
+//! Recurring jobs cannot amplify: a run while the job's previous turn is still waiting or
+//! running is skipped (moved on, no turn), and so is every run beyond
+//! `schedules.max_turns_per_minute` job turns in this process's last minute. A cancelled
+//! job's queued turns are dropped by the turn handler (`turns.rs`).
 
 use super::ScheduleHandle;
 use crate::storage::{Job, JournalEntry, MissedPolicy, Store};
@@ -16,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 const MAX_SLEEP: Duration = Duration::from_secs(30);
 
 pub struct Scheduler {
+    /// When this process started its recent job turns (the last minute's).
+    recent: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
     store: Arc<dyn Store>,
     handle: ScheduleHandle,
     /// The lanes, through the composition root.
@@ -29,6 +36,7 @@ impl Scheduler {
         turns: mpsc::UnboundedSender<JournalEntry>,
     ) -> Self {
         Scheduler {
+            recent: Default::default(),
             store,
             handle,
             turns,
@@ -59,19 +67,56 @@ impl Scheduler {
         }
     }
 
+    /// Takes a slot of `max_turns_per_minute` for a job turn about to start; false when the
+    /// last minute's are all taken.
+    fn within_rate(&self) -> bool {
+        let cap = self.handle.config.max_turns_per_minute as usize;
+        let mut recent = self.recent.lock().expect("rate lock");
+        let now = std::time::Instant::now();
+        while recent
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= Duration::from_secs(60))
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= cap {
+            return false;
+        }
+        recent.push_back(now);
+        true
+    }
+
     async fn fire(&self, job: &Job, now: i64) {
         let Some(due) = job.next_run else { return };
-        let late = now - due > self.handle.config.missed_after_secs as i64 * 1000;
-        let run = !late || job.missed == MissedPolicy::RunOnce;
+        let late = now - due > (self.handle.config.missed_after_secs as i64).saturating_mul(1000);
+        let mut run = !late || job.missed == MissedPolicy::RunOnce;
         // The next run after now: missed occurrences in between are not run one by one.
         let next = super::next_run(job, due.max(now));
         let session = super::session_of(job);
+        let mut held = None;
+        if run {
+            match self.store.job_turn_pending(&job.id, &session).await {
+                Ok(false) => {}
+                Ok(true) => held = Some("skipped_overlap"),
+                Err(e) => {
+                    tracing::warn!(job = %job.id, error = %e, "could not check a job's last turn");
+                    return;
+                }
+            }
+        }
+        if run && held.is_none() && !self.within_rate() {
+            held = Some("skipped_rate");
+        }
+        if let Some(why) = held {
+            tracing::warn!(job = %job.id, why, "a job run is skipped");
+            run = false;
+        }
         let message = run.then(|| super::turn_message(job, due));
         let turn = message.as_ref().map(|m| (m, session.as_str()));
         match self.store.job_advance(&job.id, due, next, turn, now).await {
             Ok((true, entry)) => {
                 let outcome = match (run, late) {
-                    (false, _) => "skipped",
+                    (false, _) => held.unwrap_or("skipped"),
                     (true, true) => "missed_run_once",
                     (true, false) => "fired",
                 };
@@ -83,7 +128,12 @@ impl Scheduler {
                     tracing::debug!("lanes closed; the job's turn runs after restart");
                 }
             }
-            Ok((false, _)) => {} // another process fired it
+            Ok((false, _)) => {
+                // Another process fired it: the slot this run took is given back.
+                if run {
+                    self.recent.lock().expect("rate lock").pop_back();
+                }
+            }
             Err(e) => tracing::warn!(job = %job.id, error = %e, "could not fire a job"),
         }
     }

@@ -376,6 +376,8 @@ pub trait JobStore: Send + Sync {
     async fn jobs_due(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<Job>>;
     /// The earliest next run of any active job.
     async fn jobs_next_due(&self) -> StoreResult<Option<i64>>;
+    /// Whether a turn of job `id` (journalled in `session_key`) is still waiting or running.
+    async fn job_turn_pending(&self, id: &str, session_key: &str) -> StoreResult<bool>;
     /// One due time of a job, in one transaction: move `next_run` from `due` to `next` (None:
     /// the job is done) if no one else did, and when `turn` is given journal it. Returns
     /// whether this call did it, and the journal entry to run.

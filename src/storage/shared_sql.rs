@@ -1230,6 +1230,19 @@ macro_rules! impl_store {
                     .await?)
             }
 
+            async fn job_turn_pending(&self, id: &str, session_key: &str) -> $crate::storage::StoreResult<bool> {
+                // Job turns' ids are `job:<id>:<due>` (schedules::turn_message); ids are hex.
+                let pending: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM inbound WHERE session_key = $1 AND state = 'pending' \
+                     AND platform_id LIKE $2 LIMIT 1",
+                )
+                .bind(session_key)
+                .bind(format!("job:{id}:%"))
+                .fetch_optional(&self.write)
+                .await?;
+                Ok(pending.is_some())
+            }
+
             async fn job_advance(
                 &self,
                 id: &str,

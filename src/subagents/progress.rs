@@ -26,6 +26,9 @@ pub struct RunProgress {
 
 /// Lines of a running command's output the status message shows.
 const OUTPUT_LINES: usize = 5;
+/// Bytes of a running command's output kept for the status (the last ones): a command
+/// printing megabytes with no newline must cost neither CPU per chunk nor memory.
+const OUTPUT_TAIL_BYTES: usize = 1024;
 /// How often the status message is edited for new output.
 const OUTPUT_EVERY: Duration = Duration::from_secs(1);
 
@@ -98,10 +101,8 @@ impl StepObserver for RunProgress {
     async fn output(&self, chunk: &str) {
         let tail = {
             let mut output = self.output.lock().expect("progress lock");
-            output.0.push_str(chunk);
-            let lines: Vec<&str> = output.0.lines().collect();
-            let tail = lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n");
-            output.0 = tail.clone();
+            let tail = tail_of(&output.0, chunk);
+            output.0.clone_from(&tail);
             if output.1.is_some_and(|at| at.elapsed() < OUTPUT_EVERY) {
                 return;
             }
@@ -121,4 +122,46 @@ impl StepObserver for RunProgress {
 
 fn output_status(label: &str, tail: &str) -> String {
     texts::status(label, &format!("running — exec\n```\n{tail}\n```"))
+}
+
+/// The status's output tail after `chunk`: the last [`OUTPUT_LINES`] lines of the last
+/// [`OUTPUT_TAIL_BYTES`] bytes of `kept` + `chunk` (only the end of a large chunk is looked
+/// at).
+fn tail_of(kept: &str, chunk: &str) -> String {
+    let end = |text: &str, bytes: usize| -> usize {
+        let mut at = text.len().saturating_sub(bytes);
+        while !text.is_char_boundary(at) {
+            at += 1;
+        }
+        at
+    };
+    let chunk = &chunk[end(chunk, OUTPUT_TAIL_BYTES)..];
+    let mut joined = String::with_capacity(kept.len() + chunk.len());
+    joined.push_str(kept);
+    joined.push_str(chunk);
+    let joined = &joined[end(&joined, OUTPUT_TAIL_BYTES)..];
+    let lines: Vec<&str> = joined.lines().collect();
+    lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_output_tail_stays_small_whatever_is_printed() {
+        // 20 MB with no newline, in 8 KiB chunks (#33.7): the tail never grows.
+        let chunk = "x".repeat(8 * 1024);
+        let mut kept = String::new();
+        for _ in 0..2_560 {
+            kept = tail_of(&kept, &chunk);
+            assert!(kept.len() <= OUTPUT_TAIL_BYTES, "{}", kept.len());
+        }
+        assert_eq!(kept.len(), OUTPUT_TAIL_BYTES);
+        // Lines: the last five; multi-byte characters are never cut.
+        let kept = tail_of("a\nb\nc\n", "d\ne\nf\ng");
+        assert_eq!(kept, "c\nd\ne\nf\ng");
+        let kept = tail_of("", &"é".repeat(5_000));
+        assert!(kept.len() <= OUTPUT_TAIL_BYTES && kept.chars().all(|c| c == 'é'));
+    }
 }

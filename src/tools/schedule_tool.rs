@@ -121,6 +121,17 @@ impl Tool for ScheduleTool {
                     jiff::Timestamp::now(),
                 )
                 .map_err(ToolError)?;
+                if kind == crate::storage::JobKind::Cron {
+                    let min_ms = limits.min_interval_secs.saturating_mul(1000) as i64;
+                    let gap = schedules::shortest_gap(&spec, &zone, next - 1, 24);
+                    if gap.is_some_and(|gap| gap < min_ms) {
+                        return Err(ToolError(format!(
+                            "field `cron`: `{spec}` runs {} s apart; the shortest interval allowed is {} s (schedules.min_interval_secs)",
+                            gap.unwrap_or_default() / 1000,
+                            limits.min_interval_secs
+                        )));
+                    }
+                }
                 let live = cx.store.jobs_live_count(&owner).await.map_err(failed)?;
                 if live >= i64::from(limits.max_per_session) {
                     return Err(ToolError(format!(

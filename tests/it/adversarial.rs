@@ -287,3 +287,66 @@ async fn one_broken_answer_does_not_black_the_model_out() {
         "every model cooling down: the soonest is tried anyway"
     );
 }
+
+/// #33.7: `send_file` refuses a file above its cap, and downloads of a large sent file are
+/// streamed: five at once leave the service's peak memory far below their total size.
+#[tokio::test(flavor = "multi_thread")]
+async fn sent_files_are_capped_and_downloads_streamed() {
+    let llm = LlmStandIn::start(calls_from_the_message()).await;
+    let work = Workdir::new("");
+    let workspace = work.path().join("ws");
+    let config = config_with_llm(&llm.url, WEBHOOK).replace(
+        "[agent]\n",
+        &format!("[agent]\nworkspace = \"{}\"\n", workspace.display()),
+    );
+    std::fs::write(work.config(), config).unwrap();
+    // The session's folder: its key, escaped (engine::workspace_for).
+    let session = workspace.join("agent_3Amain_3Awebhook_3Amain_3Abig");
+    std::fs::create_dir_all(&session).unwrap();
+    const BIG: usize = 45 * 1024 * 1024;
+    std::fs::write(session.join("big.bin"), vec![7u8; BIG]).unwrap();
+    let huge = std::fs::File::create(session.join("huge.bin")).unwrap();
+    huge.set_len(60 * 1024 * 1024).unwrap();
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    let calls = json!([["send_file", {"path": "big.bin"}], ["send_file", {"path": "huge.bin"}]]);
+    let (_, body) = hook
+        .send("big", None, "m1", &format!("run {calls}"), "?wait=60")
+        .await;
+    let text = body["replies"][1]["text"].as_str().unwrap_or_default();
+    let parts: Vec<&str> = text.split("\n=====\n").collect();
+    assert_eq!(parts.len(), 2, "{body}");
+    assert!(parts[1].contains("too large to send"), "{}", parts[1]);
+    let url = format!(
+        "{}{}",
+        service.base,
+        body["replies"][0]["attachments"][0]["url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{body}"))
+    );
+    let before = service.peak_rss();
+    let client = reqwest::Client::new();
+    let downloads = (0..5).map(|_| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let response = client.get(&url).bearer_auth(SECRET).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            // Read slowly-ish in pieces, as a client on a thin line would.
+            let mut stream = response.bytes_stream();
+            let mut total = 0;
+            use futures::StreamExt;
+            while let Some(chunk) = stream.next().await {
+                total += chunk.unwrap().len();
+            }
+            total
+        }
+    });
+    let sizes = futures::future::join_all(downloads).await;
+    assert_eq!(sizes, vec![BIG; 5]);
+    let grew = service.peak_rss().saturating_sub(before);
+    assert!(
+        grew < 60 * 1024 * 1024,
+        "five 45 MB downloads raised the peak by {} MB",
+        grew / 1024 / 1024
+    );
+}

@@ -359,6 +359,10 @@ async fn a_webhook_file_is_a_download_that_needs_the_bearer_and_a_path_outside_i
     assert_eq!(file["name"], "photo.png");
     assert_eq!(file["mime"], "image/png");
     assert_eq!(file["size"], PNG.len());
+    let listed_attachment = &with_file[0]["attachments"][0];
+    assert_eq!(listed_attachment["name"], "photo.png");
+    assert_eq!(listed_attachment["mime"], "image/png");
+    assert_eq!(listed_attachment["url"], file["download"]);
     let url = format!("{}{}", service.base, file["download"].as_str().unwrap());
     let client = reqwest::Client::new();
     assert_eq!(client.get(&url).send().await.unwrap().status(), 401);

@@ -78,7 +78,14 @@ fn job_turns(llm: &LlmStandIn, prompt: &str) -> usize {
         .len()
 }
 
+/// The service with jobs allowed to run every second (the default minimum is a minute).
 async fn start(llm: &LlmStandIn, extra: &str) -> (Workdir, Service) {
+    let fast = "[schedules]\nmin_interval_secs = 1\n";
+    let extra = if extra.contains("[schedules]\n") {
+        extra.replace("[schedules]\n", fast)
+    } else {
+        format!("{extra}{fast}")
+    };
     let work = Workdir::new(&config_with_llm(&llm.url, &format!("{WEBHOOK}{extra}")));
     let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
     (work, service)
@@ -417,5 +424,84 @@ async fn a_missed_run_follows_its_policy() {
     assert_eq!(
         body["replies"][0]["text"],
         "No reminders or jobs in this chat."
+    );
+}
+
+/// #33.8: recurring jobs cannot amplify. A cron job more frequent than
+/// `schedules.min_interval_secs` is refused; a job whose turn takes 3 s while it is due every
+/// second runs one turn at a time (the runs meanwhile are skipped, not queued); and job turns
+/// per minute are capped in total.
+#[tokio::test(flavor = "multi_thread")]
+async fn recurring_jobs_neither_overlap_nor_exceed_the_rate() {
+    let llm = LlmStandIn::start(script(|prompt| {
+        if prompt == "slow" {
+            Behaviour::slow("JOB: slow", Duration::from_secs(3))
+        } else {
+            reply_job(prompt)
+        }
+    }))
+    .await;
+    // The default minimum interval (a minute) refuses a job every second.
+    let work = Workdir::new(&config_with_llm(&llm.url, WEBHOOK));
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    let (_, body) = hook
+        .send(
+            "f",
+            None,
+            "m1",
+            r#"schedule {"prompt": "flood", "cron": "* * * * * *"}"#,
+            "?wait=20",
+        )
+        .await;
+    let text = body["replies"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("schedules.min_interval_secs"), "{text}");
+    drop(service);
+
+    let (_work, service) = start(&llm, "[schedules]\nmax_turns_per_minute = 4\n").await;
+    let hook = Hook::new(&service, SECRET);
+    let (_, body) = hook
+        .send(
+            "o",
+            None,
+            "m1",
+            r#"schedule {"prompt": "slow", "cron": "* * * * * *"}"#,
+            "?wait=20",
+        )
+        .await;
+    let id = created(&body)["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // 8 runs were due; one turn at a time, 3 s each: at most 3 started.
+    let slow = job_turns(&llm, "slow");
+    assert!(
+        (1..=3).contains(&slow),
+        "{slow} turns of a 3 s job due every second"
+    );
+    hook.send(
+        "o",
+        None,
+        "m2",
+        &format!("/schedules cancel {id}"),
+        "?wait=20",
+    )
+    .await;
+
+    let (_, body) = hook
+        .send(
+            "q",
+            None,
+            "m1",
+            r#"schedule {"prompt": "quick", "cron": "* * * * * *"}"#,
+            "?wait=20",
+        )
+        .await;
+    created(&body);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Four job turns per minute in total, the slow job's included.
+    let total = job_turns(&llm, "slow") + job_turns(&llm, "quick");
+    assert!(total <= 4, "{total} job turns in a minute with a cap of 4");
+    assert!(
+        job_turns(&llm, "quick") >= 1,
+        "the cap left room for the quick job"
     );
 }

@@ -54,8 +54,13 @@ pub(crate) fn payload(message: &OutboundMessage, with_seq: bool) -> Value {
             .strip_prefix("webhook:")
             .unwrap_or_default();
         let size = std::fs::metadata(&file.path).map(|m| m.len()).ok();
+        let download = format!("/v1/webhooks/{webhook}/files/{}", message.id);
+        // SPEC §15: `attachments: [{name, mime, url}]` (the URL needs the endpoint's bearer);
+        // `file` is kept for one release for consumers of the earlier shape.
+        value["attachments"] = json!([{"name": file.name, "mime": file.mime, "size": size,
+            "url": download}]);
         value["file"] = json!({"name": file.name, "mime": file.mime, "size": size,
-            "download": format!("/v1/webhooks/{webhook}/files/{}", message.id)});
+            "download": download});
     }
     value
 }

@@ -149,7 +149,8 @@ async fn post_message(
                 .map_err(|e| unavailable(&name, "replies", e))?;
             let replies: Vec<Value> = replies
                 .iter()
-                .map(|m| json!({"id": m.id.to_string(), "seq": m.id, "kind": m.kind.as_str(), "text": m.text}))
+                // The same shape as the conversation list (files as `attachments`).
+                .map(|m| crate::callback::payload(m, true))
                 .collect();
             return Ok((
                 StatusCode::OK,
