@@ -28,7 +28,7 @@ fn openai(loaded: &LoadedConfig) -> Option<Built> {
     Some(ferroclaw_channel_openai::build(
         ferroclaw_channel_openai::Settings {
             token,
-            agents: crate::agents::Agents::from_config(&loaded.config).ids(),
+            agents: loaded.config.api.agents.clone(),
             max_body_bytes: loaded.config.server.max_body_bytes,
         },
     ))

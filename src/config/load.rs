@@ -320,6 +320,17 @@ fn validate(
             );
         }
     }
+    if config.api.agents.is_empty() {
+        problem("api.agents", "list at least one agent to serve".into());
+    }
+    for (i, agent) in config.api.agents.iter().enumerate() {
+        if !known_agent(config, agent) {
+            problem(
+                &format!("api.agents[{i}]"),
+                format!("unknown agent `{agent}` ({})", agent_list(config)),
+            );
+        }
+    }
     let channels = channel_names(config);
     for (i, binding) in config.bindings.iter().enumerate() {
         if !known_agent(config, &binding.agent) {

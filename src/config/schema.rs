@@ -191,12 +191,16 @@ impl Default for SkillsConfig {
 pub struct ApiConfig {
     /// The variable holding the bearer token of `/v1/chat/completions` and `/v1/models`.
     pub token_env: String,
+    /// The agents the endpoint serves (`ferroclaw:<id>`; the first is `ferroclaw`). An agent
+    /// bound to one chat only is not served unless it is listed here.
+    pub agents: Vec<String>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             token_env: "FERROCLAW_API_TOKEN".into(),
+            agents: vec![crate::agents::MAIN.to_string()],
         }
     }
 }
@@ -455,6 +459,9 @@ pub struct SubagentsConfig {
     pub hook: String,
     /// A hook that does not answer within this refuses the spawn.
     pub hook_timeout_secs: u64,
+    /// Models (`<provider>/<model>`) a spawn may choose besides the agent's own model and
+    /// fallbacks and the parent's current model (empty: only those).
+    pub models: Vec<String>,
 }
 
 impl Default for SubagentsConfig {
@@ -468,6 +475,7 @@ impl Default for SubagentsConfig {
             run_timeout_secs: 600,
             hook: String::new(),
             hook_timeout_secs: 5,
+            models: Vec::new(),
         }
     }
 }

@@ -319,6 +319,17 @@ impl Registry {
                         model.provider
                     )));
                 }
+                // The agent's own models, the parent's, or the operator's list: a spawn is
+                // no way round the model an operator chose (or pays for).
+                let allowed = model == agent.model
+                    || model == scope.parent_model
+                    || agent.fallbacks.contains(&model)
+                    || self.config.models.iter().any(|m| *m == model.to_string());
+                if !allowed {
+                    return Err(SpawnError::Refused(format!(
+                        "field `model`: `{name}` is not one agent `{target}` may use (its model, its fallbacks, or subagents.models)"
+                    )));
+                }
                 model
             }
             None if other_agent => agent.model.clone(),
@@ -350,9 +361,10 @@ impl Registry {
                         .into(),
                 ));
             }
-            // A sandboxed child gets exec and the file tools even when its parent has none.
+            // A sandboxed child gets exec and the file tools even when its parent cannot run
+            // them — but only those the agent's `tools` allowlist grants.
             for tool in ["exec", "read_file", "write_file", "list_files"] {
-                if !tools.iter().any(|t| t == tool) {
+                if agent.allows_tool(tool) && !tools.iter().any(|t| t == tool) {
                     tools.push(tool.to_string());
                 }
             }

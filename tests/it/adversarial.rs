@@ -350,3 +350,44 @@ async fn sent_files_are_capped_and_downloads_streamed() {
         grew / 1024 / 1024
     );
 }
+
+/// #33.9: the OpenAI endpoint serves only the agents `[api] agents` lists: an agent bound to
+/// one chat is neither listed nor reachable as `ferroclaw:<id>`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_serves_only_the_agents_it_lists() {
+    let llm = LlmStandIn::echo().await;
+    let work = Workdir::new(&config_with_llm(
+        &llm.url,
+        "[api]\ntoken_env = \"FC_API\"\n\
+         [agents.private]\nsystem_prompt = \"The owner's own agent.\"\n\
+         [[bindings]]\nagent = \"private\"\nchat = \"owner-chat\"\n",
+    ));
+    let service = Service::start(&work, &[("FC_API", "api-token")]).await;
+    let client = reqwest::Client::new();
+    let models: Value = client
+        .get(format!("{}/v1/models", service.base))
+        .bearer_auth("api-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["ferroclaw", "ferroclaw:main"]);
+    let refused = client
+        .post(format!("{}/v1/chat/completions", service.base))
+        .bearer_auth("api-token")
+        .json(&json!({"model": "ferroclaw:private",
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+    assert_eq!(llm.count(), 0);
+}

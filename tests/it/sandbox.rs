@@ -552,3 +552,77 @@ async fn uploads_are_never_written_through_planted_symlinks() {
         "nothing written outside"
     );
 }
+
+/// #33.9: `sessions_spawn {sandbox: true}` gives the child only the exec and file tools the
+/// agent's `tools` allowlist grants, and a spawn cannot pick a model outside the agent's own,
+/// its fallbacks and `subagents.models`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandboxed_spawn_keeps_the_agents_tool_allowlist_and_models() {
+    require_docker();
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        if user == "child task" {
+            return Behaviour::reply("child done");
+        }
+        if user.starts_with("[Subagent") {
+            return Behaviour::reply("parent summary");
+        }
+        let results = fresh_results(body);
+        match results.len() {
+            0 => Behaviour::tool(
+                "sessions_spawn",
+                json!({"task": "elsewhere", "model": "standin/pricey-model", "sandbox": true}),
+            ),
+            1 => Behaviour::tool(
+                "sessions_spawn",
+                json!({"task": "child task", "label": "boxed", "sandbox": true}),
+            ),
+            _ => Behaviour::reply(format!("first: {}", results[0])),
+        }
+    })
+    .await;
+    let app = InProc::start(&config(
+        &llm.url,
+        "",
+        &format!(
+            "[sandbox]\nimage = \"{IMAGE}\"\n[agents.main]\ntools = [\"sessions_spawn\", \"read_file\"]\n"
+        ),
+    ))
+    .await;
+    app.say("c", "delegate").await;
+    wait_for("the parent's summary", Duration::from_secs(30), || async {
+        app.delivered()
+            .iter()
+            .any(|m| m.text == "parent summary")
+            .then_some(())
+    })
+    .await;
+    let first = app
+        .delivered()
+        .iter()
+        .find(|m| m.text.starts_with("first: "))
+        .map(|m| m.text.clone())
+        .unwrap_or_default();
+    assert!(
+        first.contains("Error:") && first.contains("subagents.models"),
+        "a model outside the agent's is refused: {first}"
+    );
+    assert!(
+        llm.requests().iter().all(|r| r.model() != "pricey-model"),
+        "never called"
+    );
+    let child = llm
+        .requests()
+        .into_iter()
+        .find(|r| last_user(&r.body) == "child task")
+        .unwrap();
+    let tools = offered(&child.body);
+    assert!(tools.contains(&"read_file".to_string()), "{tools:?}");
+    for denied in ["exec", "write_file", "list_files"] {
+        assert!(
+            !tools.contains(&denied.to_string()),
+            "{denied} in {tools:?}"
+        );
+    }
+    app.app.shutdown(Duration::from_secs(2)).await;
+}
