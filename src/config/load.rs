@@ -375,8 +375,8 @@ fn validate(
     if !(2..=600).contains(&config.storage.lease_secs) {
         problem("storage.lease_secs", "must be between 2 and 600".into());
     }
-    if config.sandbox.cpus <= 0.0 {
-        problem("sandbox.cpus", "must be greater than 0".into());
+    for (key, message) in super::bounds::check(config) {
+        problem(&key, message);
     }
 
     for (name, provider) in &config.providers {
@@ -447,6 +447,14 @@ fn validate(
         );
     }
     for (name, hook) in &config.channels.webhook {
+        if hook.signature == ferroclaw_channel_webhook::SignatureScheme::Standard
+            && let Some(value) = secret(&hook.secret_env)
+            && let Err(why) = ferroclaw_channel_webhook::standard::key_of(
+                secrecy::ExposeSecret::expose_secret(&value),
+            )
+        {
+            problem(&format!("channels.webhook.{name}.secret_env"), why.into());
+        }
         if name.is_empty()
             || !name
                 .chars()
@@ -455,12 +463,6 @@ fn validate(
             problem(
                 &format!("channels.webhook.{name}"),
                 "webhook names may hold only letters, digits, '-' and '_'".into(),
-            );
-        }
-        if !hook.callback_url.is_empty() && !hook.callback_url.starts_with("http") {
-            problem(
-                &format!("channels.webhook.{name}.callback_url"),
-                "must be an http:// or https:// URL".into(),
             );
         }
     }

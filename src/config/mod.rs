@@ -5,6 +5,7 @@
 //! variable holding the secret; values are wrapped in [`secrecy::SecretString`]) and the
 //! redacted rendering printed by `config check`. It does not start anything.
 
+mod bounds;
 mod load;
 mod render;
 mod schema;

@@ -257,3 +257,67 @@ fn allowed_users_may_be_numbers_or_strings() {
         out.stdout
     );
 }
+
+/// #33.10: every value `serve` would refuse, panic on or silently ignore is refused by
+/// `config check`, naming the key (one line each).
+#[test]
+fn values_serve_would_refuse_or_panic_on_are_refused_naming_the_key() {
+    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        (
+            "[server]\nmax_connections = 4611686018427387904\n",
+            "server.max_connections",
+            &[],
+        ),
+        (
+            "[server]\nheader_timeout_secs = 2305843009213693952\n",
+            "server.header_timeout_secs",
+            &[],
+        ),
+        (
+            "[fallback]\ncooldown_secs = 9223372036854775807\n",
+            "fallback.cooldown_secs",
+            &[],
+        ),
+        (
+            "[fallback]\nmax_concurrent_requests = 4611686018427387904\n",
+            "fallback.max_concurrent_requests",
+            &[],
+        ),
+        ("[sandbox]\ncpus = nan\n", "sandbox.cpus", &[]),
+        ("[sandbox]\npids_limit = 0\n", "sandbox.pids_limit", &[]),
+        ("[sandbox]\npids_limit = -1\n", "sandbox.pids_limit", &[]),
+        ("[sandbox]\nmemory_mb = 0\n", "sandbox.memory_mb", &[]),
+        ("[storage]\nurl = \"sqlite:\"\n", "storage.url", &[]),
+        (
+            "[channels.telegram]\nenabled = true\ntoken_env = \"FC_T\"\napi_url = \"not a url\"\n",
+            "channels.telegram.api_url",
+            &[("FC_T", "1:x")],
+        ),
+        (
+            "[channels.discord]\nenabled = true\ntoken_env = \"FC_D\"\napi_url = \"::garbage\"\n",
+            "channels.discord.api_url",
+            &[("FC_D", "x")],
+        ),
+        (
+            "[channels.webhook.main]\nsecret_env = \"FC_W\"\nsignature = \"standard\"\n",
+            "channels.webhook.main.secret_env",
+            &[("FC_W", "whsec_not base64!")],
+        ),
+        (
+            "[channels.webhook.main]\nsecret_env = \"FC_W\"\ncallback_url = \"httpx://a\"\n",
+            "channels.webhook.main.callback_url",
+            &[("FC_W", "s")],
+        ),
+        ("[api]\nagents = [\"ghost\"]\n", "api.agents[0]", &[]),
+    ];
+    for (config, key, env) in cases {
+        let out = check(config, env);
+        assert_eq!(out.code, Some(2), "{config}: {}", out.stderr);
+        assert!(
+            out.stderr.lines().any(|l| l.contains(&format!("{key}:"))),
+            "{config}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+}
