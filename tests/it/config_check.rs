@@ -262,7 +262,9 @@ fn allowed_users_may_be_numbers_or_strings() {
 /// `config check`, naming the key (one line each).
 #[test]
 fn values_serve_would_refuse_or_panic_on_are_refused_naming_the_key() {
-    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+    /// A config, the key it must name, and the environment it runs with.
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
         (
             "[server]\nmax_connections = 4611686018427387904\n",
             "server.max_connections",
