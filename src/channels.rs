@@ -30,6 +30,7 @@ fn openai(loaded: &LoadedConfig) -> Option<Built> {
             token,
             agents: loaded.config.api.agents.clone(),
             max_body_bytes: loaded.config.server.max_body_bytes,
+            max_input_chars: loaded.config.agent.max_input_chars,
         },
     ))
 }

@@ -31,7 +31,10 @@ fn main() -> ExitCode {
         // Its clock's calibration overlaps loading the configuration and the database.
         ferroclaw::metrics::prepare();
     }
-    init_tracing(cli.log_format);
+    // In `chat` the terminal is the conversation's: only warnings and errors are logged
+    // there unless FERROCLAW_LOG asks for more.
+    let quiet = matches!(cli.command, Command::Chat { .. });
+    init_tracing(cli.log_format, quiet);
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check(arg),
@@ -156,11 +159,12 @@ where
 
 /// Human-readable lines by default, one JSON object per line with `--log-format json`; the
 /// last warnings and errors are also kept for the status page.
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, quiet: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    let default = if quiet { "warn" } else { "info,sqlx=warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERROCLAW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let registry = tracing_subscriber::registry()
         .with(filter)
         .with(ferroclaw::recent_errors::RecentErrors);

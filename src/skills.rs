@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 /// The most of a skill's instructions one read returns.
 const MAX_INSTRUCTIONS: usize = 64 * 1024;
+/// The most of a description the menu (in every prompt) shows; longer ones are cut.
+const MAX_DESCRIPTION: usize = 300;
 
 /// One skill on an agent's menu.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +122,15 @@ fn scan(dir: &Path) -> BTreeMap<String, Skill> {
             .map_err(|e| e.to_string())
             .and_then(|text| parse(&text).map(|(meta, _)| meta));
         match parsed {
+            Ok((name, _)) if found.contains_key(&name) => {
+                // Two skills of one name: the first (by folder name) is kept, loudly.
+                tracing::warn!(
+                    file = %file.display(),
+                    kept = %found[&name].file.display(),
+                    skill = %name,
+                    "skill skipped: another skill in the same folder has this name"
+                );
+            }
             Ok((name, description)) => {
                 found.insert(
                     name.clone(),
@@ -183,8 +194,15 @@ fn parse(text: &str) -> Result<((String, String), &str), String> {
     let description = description
         .filter(|d| !d.is_empty())
         .ok_or("its front matter has no `description`")?;
-    // One line on the menu.
-    let description = description.lines().next().unwrap_or_default().to_string();
+    // One line on the menu, of at most MAX_DESCRIPTION characters.
+    let line = description.lines().next().unwrap_or_default();
+    let description = if line.chars().count() > MAX_DESCRIPTION {
+        let cut: String = line.chars().take(MAX_DESCRIPTION).collect();
+        tracing::warn!(skill = %name, "a skill's description is longer than {MAX_DESCRIPTION} characters; the menu shows its start");
+        format!("{cut}…")
+    } else {
+        line.to_string()
+    };
     Ok(((name, description), body))
 }
 
@@ -224,6 +242,30 @@ mod tests {
             parse("---\nname: a b\ndescription: d\n---\n")
                 .unwrap_err()
                 .contains("name")
+        );
+    }
+
+    #[test]
+    fn a_second_skill_of_one_name_is_skipped_and_long_descriptions_are_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |folder: &str, name: &str, description: &str| {
+            std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+            std::fs::write(
+                dir.path().join(folder).join("SKILL.md"),
+                format!("---\nname: {name}\ndescription: {description}\n---\nbody\n"),
+            )
+            .unwrap();
+        };
+        write("a", "dup", "the first");
+        write("b", "dup", "the second");
+        write("c", "long", &"x".repeat(3 * 1024 * 1024));
+        let found = scan(dir.path());
+        assert_eq!(found.len(), 2);
+        assert_eq!(found["dup"].description, "the first");
+        assert!(found["dup"].file.starts_with(dir.path().join("a")));
+        assert_eq!(
+            found["long"].description.chars().count(),
+            MAX_DESCRIPTION + 1
         );
     }
 }

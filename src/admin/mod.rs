@@ -60,10 +60,18 @@ pub fn router(admin: Option<Admin>) -> Router {
         .with_state(admin)
 }
 
-/// The token from `Authorization: Bearer …` or, for a browser opening the status page,
+/// The token from `Authorization: Bearer …` or, for a browser opening a page (GET only: a
+/// token in a URL must never authorise a change, which a link or a form could trigger),
 /// `?token=…`.
-fn given_token<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
+fn given_token<'a>(
+    method: &axum::http::Method,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+) -> Option<&'a str> {
     ferroclaw_channel_core::auth::bearer(headers).or_else(|| {
+        if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+            return None;
+        }
         query?
             .split('&')
             .find_map(|pair| pair.strip_prefix("token="))
@@ -71,7 +79,8 @@ fn given_token<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a
 }
 
 async fn authorised(State(admin): State<Admin>, request: Request, next: Next) -> Response {
-    let given = given_token(request.headers(), request.uri().query()).unwrap_or("");
+    let given =
+        given_token(request.method(), request.headers(), request.uri().query()).unwrap_or("");
     if !ferroclaw_channel_core::auth::token_matches(given, admin.token.expose_secret()) {
         let body = axum::Json(serde_json::json!({"error": "missing or wrong admin token"}));
         return (

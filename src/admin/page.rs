@@ -137,5 +137,20 @@ pub(super) async fn status(State(admin): State<Admin>) -> Response {
         );
     }
     html.push_str("</ul></body></html>");
-    Html(html).into_response()
+    (
+        [
+            // No script, no external asset, no frame, no form: the policy says so.
+            (
+                axum::http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+            ),
+            (axum::http::header::X_FRAME_OPTIONS, "DENY"),
+            // The page's URL may carry ?token=: never sent on as a referrer.
+            (axum::http::header::REFERRER_POLICY, "no-referrer"),
+            (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (axum::http::header::CACHE_CONTROL, "no-store"),
+        ],
+        Html(html),
+    )
+        .into_response()
 }

@@ -389,5 +389,75 @@ async fn the_api_serves_only_the_agents_it_lists() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 404);
+    // #33.11: an input over agent.max_input_chars is the client's error (400), not a 502.
+    let long = client
+        .post(format!("{}/v1/chat/completions", service.base))
+        .bearer_auth("api-token")
+        .json(&json!({"model": "ferroclaw",
+            "messages": [{"role": "user", "content": "x".repeat(40_000)}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(long.status(), 400);
+    let error: Value = long.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_input_chars"),
+        "{error}"
+    );
     assert_eq!(llm.count(), 0);
+}
+
+/// #33.11: `bearer` in any case is the bearer scheme; the admin `?token=` opens pages but
+/// never authorises a POST; the status page forbids framing, scripts and referrers.
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_tokens_and_the_status_pages_headers() {
+    const ADMIN: &str = "admin-token-XYZZY";
+    let llm = LlmStandIn::echo().await;
+    let work = Workdir::new(&config_with_llm(&llm.url, "").replacen(
+        "[server]\n",
+        "[server]\nadmin_token_env = \"FC_ADMIN\"\n",
+        1,
+    ));
+    let service = Service::start(&work, &[("FC_ADMIN", ADMIN)]).await;
+    let client = reqwest::Client::new();
+    let page = client
+        .get(format!("{}/?token={ADMIN}", service.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers();
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    let by_query = client
+        .post(format!(
+            "{}/v1/admin/pairing/revoke/77?token={ADMIN}",
+            service.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        by_query.status(),
+        401,
+        "a token in the URL never authorises a POST"
+    );
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let status = client
+            .get(format!("{}/v1/admin/sessions", service.base))
+            .header("authorization", format!("{scheme} {ADMIN}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200, "{scheme}");
+    }
 }

@@ -32,6 +32,12 @@ second line
         out.stdout
     );
     assert!(out.stdout.contains("Last answer from: standin/test-model"));
+    // #33.11: the terminal is the conversation's; no INFO lines interleave with it.
+    assert!(
+        !out.stderr.contains("INFO"),
+        "chat logs warnings only by default: {}",
+        out.stderr
+    );
     assert!(
         out.stdout.contains("Tokens: 22 in, 14 out"),
         "{}",

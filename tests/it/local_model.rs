@@ -40,7 +40,8 @@ async fn with_no_api_key_chat_streams_an_answer_from_the_local_model() {
             .env("FERROCLAW__PROVIDERS__LOCAL__CONTEXT_TOKENS", "512")
             .env("FERROCLAW__PROVIDERS__LOCAL__SEED", "7")
             .env("FERROCLAW__AGENT__MODEL", "local/smollm2-135m")
-            .env_remove("FERROCLAW_LOG")
+            // `chat` logs warnings only by default; the answering model is an INFO line.
+            .env("FERROCLAW_LOG", "info")
             .env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")
             .stdin(std::process::Stdio::piped())

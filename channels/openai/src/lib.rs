@@ -32,6 +32,8 @@ pub struct Settings {
     /// default (`model = "ferroclaw"`).
     pub agents: Vec<String>,
     pub max_body_bytes: usize,
+    /// `agent.max_input_chars`: a longer input is refused with 400.
+    pub max_input_chars: usize,
 }
 
 /// The adapter factory: the `api` channel, and the routes once the inbox exists.
@@ -59,6 +61,7 @@ impl ferroclaw_channel_core::Receiver for Routes {
                 token: self.settings.token.clone(),
                 agents: self.settings.agents.clone(),
                 max_body_bytes: self.settings.max_body_bytes,
+                max_input_chars: self.settings.max_input_chars,
                 inbox: cx.inbox,
                 log: cx.messages,
                 streams: self.streams.clone(),

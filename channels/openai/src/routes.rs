@@ -30,6 +30,9 @@ pub(crate) struct State {
     pub(crate) token: SecretString,
     pub(crate) agents: Vec<String>,
     pub(crate) max_body_bytes: usize,
+    /// The longest message a turn takes (`agent.max_input_chars`): longer is a 400 here,
+    /// not a failed turn.
+    pub(crate) max_input_chars: usize,
     pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) log: Arc<dyn MessageLog>,
     pub(crate) streams: Arc<Streams>,
@@ -129,6 +132,14 @@ async fn completions(
     let named = header("x-ferroclaw-session").or_else(|| request.user.clone());
     let kept = named.is_some();
     let session = named.unwrap_or_else(|| format!("once-{request_id}"));
+    let text = request.text(kept);
+    let chars = text.chars().count();
+    if chars > state.max_input_chars {
+        return Err(ApiError::invalid(format!(
+            "`messages`: the input is {chars} characters; the limit is {} (agent.max_input_chars).",
+            state.max_input_chars
+        )));
+    }
     let message = InboundMessage {
         route: ChatRoute {
             channel: crate::CHANNEL.into(),
@@ -141,7 +152,7 @@ async fn completions(
             name: String::new(),
         },
         platform_message_id: request_id.clone(),
-        text: request.text(kept),
+        text,
         mentioned: true,
         reply_to: None,
         internal: false,
