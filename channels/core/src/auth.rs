@@ -16,6 +16,11 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
         .then(|| token.trim_start_matches(' '))
 }
 
+/// True when `given` is `expected`, compared in constant time; an empty `given` never is.
+pub fn token_matches(given: &str, expected: &str) -> bool {
+    !given.is_empty() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,9 +39,4 @@ mod tests {
             assert_eq!(bearer(&headers), token, "{value}");
         }
     }
-}
-
-/// True when `given` is `expected`, compared in constant time; an empty `given` never is.
-pub fn token_matches(given: &str, expected: &str) -> bool {
-    !given.is_empty() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
