@@ -285,15 +285,25 @@ impl DeliveryWorker {
                     tracing::warn!(channel = self.channel.name(), outbox_id = id, %reason, "platform rejected message");
                     let _ = self.store.outbox_mark_rejected(id, &reason).await;
                 }
-                Err(DeliveryError::Retry {
-                    reason,
-                    retry_after,
-                }) => {
+                Err(error @ (DeliveryError::Retry { .. } | DeliveryError::RateLimited { .. })) => {
+                    // A wait the platform asked for (a 429) is pacing, not failure: it is
+                    // honoured and not counted towards giving up.
+                    let (reason, retry_after, rate_limited) = match error {
+                        DeliveryError::RateLimited {
+                            reason,
+                            retry_after,
+                        } => (reason, Some(retry_after), true),
+                        DeliveryError::Retry {
+                            reason,
+                            retry_after,
+                        } => (reason, retry_after, false),
+                        DeliveryError::Rejected(_) => unreachable!("matched above"),
+                    };
                     crate::metrics::delivery_failed(
                         self.channel.name(),
-                        entry.attempts + 1 < MAX_ATTEMPTS,
+                        rate_limited || entry.attempts + 1 < MAX_ATTEMPTS,
                     );
-                    if entry.attempts + 1 >= MAX_ATTEMPTS {
+                    if !rate_limited && entry.attempts + 1 >= MAX_ATTEMPTS {
                         tracing::error!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery given up; message marked failed");
                         let _ = self
                             .store
@@ -309,7 +319,10 @@ impl DeliveryWorker {
                         .min(MAX_BACKOFF);
                     let at = now_ms() + backoff.as_millis() as i64;
                     tracing::info!(channel = self.channel.name(), outbox_id = id, attempts = entry.attempts + 1, %reason, "delivery failed; will retry");
-                    let _ = self.store.outbox_retry_later(id, at, &reason).await;
+                    let _ = self
+                        .store
+                        .outbox_retry_later(id, at, &reason, !rate_limited)
+                        .await;
                     // Order within a conversation: the rest waits behind this one.
                     outcome.deferred = total - i;
                     return (outcome, done);

@@ -192,11 +192,14 @@ pub trait OutboxStore: Send + Sync {
         delivered: &[(i64, Option<String>)],
         now_ms: i64,
     ) -> StoreResult<()>;
+    /// Try row `id` again at `next_attempt_ms`; `counted` false for a rate limit, which is
+    /// the platform pacing us, not the message failing (it does not bring the give-up nearer).
     async fn outbox_retry_later(
         &self,
         id: i64,
         next_attempt_ms: i64,
         error: &str,
+        counted: bool,
     ) -> StoreResult<()>;
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
     /// The highest outbox id of a channel (0 when it has none).

@@ -618,13 +618,14 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str) -> $crate::storage::StoreResult<()> {
+            async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str, counted: bool) -> $crate::storage::StoreResult<()> {
                 sqlx::query(
-                    "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1",
+                    "UPDATE outbox SET attempts = attempts + $4, next_attempt_at = $2, last_error = $3 WHERE id = $1",
                 )
                 .bind(id)
                 .bind(next_attempt_ms)
                 .bind(error)
+                .bind(i64::from(counted))
                 .execute(&self.write)
                 .await?;
                 Ok(())

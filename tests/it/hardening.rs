@@ -427,10 +427,13 @@ async fn a_crash_after_a_side_effect_does_not_repeat_it_when_the_turn_is_redone(
     assert_eq!(announced, 1, "one announcement: {got_now:?}");
 }
 
-/// A channel whose receiver is down: every delivery asks to be retried after `retry_after`.
+/// A channel whose receiver is down: every delivery asks to be retried after `retry_after`;
+/// with `rate_limits`, the first that many deliveries are answered 429 (wait `retry_after`)
+/// and the rest succeed.
 struct Down {
     calls: AtomicUsize,
     retry_after: Duration,
+    rate_limits: usize,
 }
 
 #[async_trait::async_trait]
@@ -442,7 +445,17 @@ impl ferroclaw_channel_core::Channel for Down {
         &self,
         _message: &ferroclaw_channel_core::OutboundMessage,
     ) -> Result<ferroclaw_channel_core::Delivered, ferroclaw_channel_core::DeliveryError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.rate_limits > 0 {
+            return if n < self.rate_limits {
+                Err(ferroclaw_channel_core::DeliveryError::RateLimited {
+                    reason: "429".into(),
+                    retry_after: self.retry_after,
+                })
+            } else {
+                Ok(ferroclaw_channel_core::Delivered::default())
+            };
+        }
         Err(ferroclaw_channel_core::DeliveryError::Retry {
             reason: "receiver down".into(),
             retry_after: Some(self.retry_after),
@@ -462,6 +475,14 @@ struct DownReceiver {
 
 impl DownReceiver {
     async fn start(conversations: &[(String, Vec<&str>)], retry_after: Duration) -> Self {
+        Self::start_with(conversations, retry_after, 0).await
+    }
+
+    async fn start_with(
+        conversations: &[(String, Vec<&str>)],
+        retry_after: Duration,
+        rate_limits: usize,
+    ) -> Self {
         use ferroclaw::outbox::{DeliveryWorker, OutboxNotifier};
         use ferroclaw::storage::{NewOutbound, SqliteStore, Store};
         use ferroclaw_channel_core::{ChatKind, ChatRoute, OutboundKind};
@@ -496,6 +517,7 @@ impl DownReceiver {
         let channel = Arc::new(Down {
             calls: AtomicUsize::new(0),
             retry_after,
+            rate_limits,
         });
         let notifier = OutboxNotifier::new(["down"]);
         let worker = Arc::new(DeliveryWorker::new(
@@ -544,6 +566,32 @@ async fn a_receiver_that_is_down_gets_every_message_tried_once_and_no_busy_loop(
          once; nothing is tried again before its retry time, and the second of each waits"
     );
     down.stop().await;
+}
+
+/// #33.11: 80 rate-limited answers in a row (more than the 50 attempts a failing message
+/// gets) neither give the message up nor lose it: 429s are pacing, not failures.
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_do_not_count_towards_giving_a_message_up() {
+    let paced = DownReceiver::start_with(
+        &[("c".into(), vec!["patient"])],
+        Duration::from_millis(5),
+        80,
+    )
+    .await;
+    let rows = wait_for("the message delivered", Duration::from_secs(30), || async {
+        let rows = paced
+            .store
+            .outbox_conversation("down", "c", 0, 10)
+            .await
+            .unwrap();
+        rows.iter()
+            .all(|r| r.state == ferroclaw::storage::OutboxState::Delivered)
+            .then_some(rows)
+    })
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(paced.calls(), 81);
+    paced.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -322,7 +322,11 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
         .unwrap();
     store.outbox_mark_delivered(&[], 7).await.unwrap();
     store
-        .outbox_retry_later(ids[1], 99_999, "receiver down")
+        .outbox_retry_later(ids[1], 88_888, "rate limited", false)
+        .await
+        .unwrap();
+    store
+        .outbox_retry_later(ids[1], 99_999, "receiver down", true)
         .await
         .unwrap();
     store.outbox_mark_rejected(ids2[0], "bad").await.unwrap();
@@ -336,7 +340,8 @@ async fn outbox_delivery_states_and_conversation_reads(store: &dyn Store) {
     );
     assert_eq!(
         (pending[0].attempts, pending[0].next_attempt_at),
-        (1, 99_999)
+        (1, 99_999),
+        "a rate-limited retry is not counted"
     );
     assert!(
         store

@@ -42,6 +42,13 @@ pub enum DeliveryError {
         reason: String,
         retry_after: Option<Duration>,
     },
+    /// The platform asked us to wait (a 429): tried again after `retry_after`, and not
+    /// counted towards giving the message up (pacing is not failure).
+    #[error("rate limited, will retry: {reason}")]
+    RateLimited {
+        reason: String,
+        retry_after: Duration,
+    },
     /// The platform will never accept this message; it is marked failed and skipped.
     #[error("delivery rejected: {0}")]
     Rejected(String),

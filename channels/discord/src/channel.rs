@@ -324,9 +324,8 @@ impl Channel for DiscordChannel {
                     .await
             }
             Err(e) => match failure(e, &self.token) {
-                DeliveryError::Retry {
-                    retry_after: Some(wait),
-                    ..
+                DeliveryError::RateLimited {
+                    retry_after: wait, ..
                 } => {
                     tracing::info!(
                         seconds = wait.as_secs_f64(),

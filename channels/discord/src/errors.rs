@@ -28,9 +28,9 @@ pub(crate) fn failure(err: serenity::Error, token: &str) -> DeliveryError {
                 token,
             );
             match status {
-                429 => DeliveryError::Retry {
+                429 => DeliveryError::RateLimited {
                     reason,
-                    retry_after: Some(RATE_LIMIT_PAUSE),
+                    retry_after: RATE_LIMIT_PAUSE,
                 },
                 408 | 500..=599 => DeliveryError::Retry {
                     reason,

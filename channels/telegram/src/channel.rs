@@ -68,9 +68,9 @@ impl TelegramChannel {
 
     fn failure(&self, err: RequestError) -> DeliveryError {
         match err {
-            RequestError::RetryAfter(seconds) => DeliveryError::Retry {
+            RequestError::RetryAfter(seconds) => DeliveryError::RateLimited {
                 reason: "Telegram flood control".into(),
-                retry_after: Some(seconds.duration()),
+                retry_after: seconds.duration(),
             },
             RequestError::Network(_) | RequestError::Io(_) | RequestError::InvalidJson { .. } => {
                 DeliveryError::Retry {
