@@ -407,7 +407,7 @@ impl Inner {
                 }
             }
         }
-        for attempt in 1..=3u32 {
+        for attempt in 1u32.. {
             if attempt > 1 {
                 entry.redo = true; // an in-process retry is a redo too
             }
@@ -424,11 +424,40 @@ impl Inner {
             match result {
                 Ok(()) => return,
                 Err(err) => {
-                    tracing::warn!(session = %entry.session_key, journal_id = entry.id, attempt, error = %err, "turn failed");
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                    // The store refused (a full disk, a lost database): the entry stays
+                    // first in its lane and is tried again until the store takes it, so an
+                    // acknowledged message is answered within seconds of space returning,
+                    // not after a restart. The lane's task is cancelled on shutdown.
+                    if attempt == 3 {
+                        tracing::error!(session = %entry.session_key, journal_id = entry.id, error = %err, "turn still failing; retrying every few seconds until the store takes it");
+                    } else if attempt < 3 {
+                        tracing::warn!(session = %entry.session_key, journal_id = entry.id, attempt, error = %err, "turn failed");
+                    }
+                    tokio::time::sleep(retry_delay(attempt)).await;
                 }
             }
         }
-        tracing::error!(session = %entry.session_key, journal_id = entry.id, "turn left pending after 3 attempts; it is retried on restart");
+    }
+}
+
+/// The wait before a failed turn's next attempt: 200, 400, 600 ms, then 1, 2, 4, 5, 5… s.
+fn retry_delay(attempt: u32) -> Duration {
+    if attempt <= 3 {
+        Duration::from_millis(200 * u64::from(attempt))
+    } else {
+        Duration::from_secs(1u64 << (attempt - 4).min(3)).min(Duration::from_secs(5))
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::retry_delay;
+    use std::time::Duration;
+
+    #[test]
+    fn failed_turns_are_retried_soon_and_then_every_five_seconds() {
+        let delays: Vec<u64> = (1..=9).map(|a| retry_delay(a).as_millis() as u64).collect();
+        assert_eq!(delays, [200, 400, 600, 1000, 2000, 4000, 5000, 5000, 5000]);
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(5));
     }
 }

@@ -284,11 +284,11 @@ impl MessageLog for OutboxLog {
         self.turns.wait(&*self.store, journal_id, timeout).await
     }
 
-    async fn session_usage(&self, session_key: &str) -> Result<(i64, i64), LogUnavailable> {
-        match self.store.session_get(session_key).await {
-            Ok(row) => Ok(row.map_or((0, 0), |r| (r.tokens_in, r.tokens_out))),
-            Err(e) => Err(LogUnavailable(e.to_string())),
-        }
+    async fn turn_usage(&self, journal_id: i64) -> Result<(i64, i64), LogUnavailable> {
+        self.store
+            .journal_usage(journal_id)
+            .await
+            .map_err(|e| LogUnavailable(e.to_string()))
     }
 
     fn subscribe(&self) -> broadcast::Receiver<String> {

@@ -153,7 +153,17 @@ pub fn create_file(root: &Path, relative: &Path, existing: Existing) -> io::Resu
         Existing::Truncate => OFlags::empty(),
         Existing::Refuse => OFlags::EXCL,
     };
-    let fd = rustix::fs::openat(&dir, last, flags, Mode::from_raw_mode(0o644))?;
+    let fd = match rustix::fs::openat(&dir, last, flags, Mode::from_raw_mode(0o644)) {
+        Ok(fd) => fd,
+        // A FIFO with no reader (opened without blocking): not a file to write.
+        Err(rustix::io::Errno::NXIO) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let stat = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(io::Error::new(

@@ -83,6 +83,8 @@ pub trait JournalStore: Send + Sync {
     async fn journal_pending(&self) -> StoreResult<Vec<JournalEntry>>;
     /// State of one journal entry (`pending` or `done`).
     async fn journal_state(&self, id: i64) -> StoreResult<Option<JournalState>>;
+    /// The tokens (input, output) the turn answering entry `id` used; (0, 0) while it runs.
+    async fn journal_usage(&self, id: i64) -> StoreResult<(i64, i64)>;
     /// The oldest pending entry of one session.
     async fn journal_next(&self, session_key: &str) -> StoreResult<Option<JournalEntry>>;
     /// Sessions with pending entries whose lease is free or expired at `now_ms`, oldest

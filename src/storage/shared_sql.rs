@@ -289,6 +289,14 @@ macro_rules! impl_store {
                 .await?)
             }
 
+            async fn journal_usage(&self, id: i64) -> $crate::storage::StoreResult<(i64, i64)> {
+                let row: Option<(i64, i64)> = sqlx::query_as("SELECT tokens_in, tokens_out FROM inbound WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.read)
+                    .await?;
+                Ok(row.unwrap_or((0, 0)))
+            }
+
             async fn journal_state(&self, id: i64) -> $crate::storage::StoreResult<Option<$crate::storage::JournalState>> {
                 let state: Option<String> = sqlx::query_scalar("SELECT state FROM inbound WHERE id = $1")
                     .bind(id)
@@ -474,9 +482,14 @@ macro_rules! impl_store {
             async fn commit_turn(&self, turn: &$crate::storage::TurnCommit) -> $crate::storage::StoreResult<Vec<i64>> {
                 let mut tx = self.write.begin().await?;
                 if let Some(journal_id) = turn.journal_id {
-                    let done = sqlx::query("UPDATE inbound SET state = 'done', done_at = $2 WHERE id = $1 AND state = 'pending'")
+                    let done = sqlx::query(
+                        "UPDATE inbound SET state = 'done', done_at = $2, tokens_in = $3, tokens_out = $4 \
+                         WHERE id = $1 AND state = 'pending'",
+                    )
                         .bind(journal_id)
                         .bind(turn.now_ms)
+                        .bind(turn.tokens_in)
+                        .bind(turn.tokens_out)
                         .execute(&mut *tx)
                         .await?;
                     if done.rows_affected() != 1 {

@@ -399,6 +399,31 @@ async fn the_api_serves_only_the_agents_it_lists() {
         .await
         .unwrap();
     assert_eq!(long.status(), 400);
+    // #33.11: concurrent requests on one kept session each report their own turn's usage.
+    let ask = |n: usize| {
+        let client = client.clone();
+        let url = format!("{}/v1/chat/completions", service.base);
+        async move {
+            let answer: Value = client
+                .post(url)
+                .bearer_auth("api-token")
+                .json(&json!({"model": "ferroclaw", "user": "shared",
+                    "messages": [{"role": "user", "content": format!("question {n}")}]}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer["usage"]["total_tokens"].as_i64().unwrap()
+        }
+    };
+    let totals = futures::future::join_all((0..3).map(ask)).await;
+    assert!(totals[0] > 0, "{totals:?}");
+    assert!(
+        totals.iter().all(|t| *t == totals[0]),
+        "each its own turn's, not the session's growth: {totals:?}"
+    );
     let error: Value = long.json().await.unwrap();
     assert!(
         error["error"]["message"]
@@ -407,7 +432,7 @@ async fn the_api_serves_only_the_agents_it_lists() {
             .contains("max_input_chars"),
         "{error}"
     );
-    assert_eq!(llm.count(), 0);
+    assert_eq!(llm.count(), 3);
 }
 
 /// #33.11: `bearer` in any case is the bearer scheme; the admin `?token=` opens pages but

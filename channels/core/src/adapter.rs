@@ -128,8 +128,9 @@ pub trait MessageLog: Send + Sync {
     ) -> Result<Vec<OutboundMessage>, LogUnavailable>;
     /// Wait until the turn of journal entry `journal_id` has ended; false on timeout.
     async fn wait_answered(&self, journal_id: i64, timeout: Duration) -> bool;
-    /// Tokens the session has used so far (input, output); (0, 0) for an unknown session.
-    async fn session_usage(&self, _session_key: &str) -> Result<(i64, i64), LogUnavailable> {
+    /// Tokens (input, output) the turn of journal entry `journal_id` used; (0, 0) until it
+    /// is answered.
+    async fn turn_usage(&self, _journal_id: i64) -> Result<(i64, i64), LogUnavailable> {
         Ok((0, 0))
     }
     /// One bot message of a channel by its seq (a file's download).

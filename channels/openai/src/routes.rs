@@ -97,13 +97,10 @@ async fn models(Extract(state): Extract<Arc<State>>, headers: HeaderMap) -> Resp
 /// One request in flight: where it went and what it is answered with.
 struct Asked {
     session: String,
-    session_key: String,
     request_id: String,
     journal_id: i64,
     model: String,
     created: i64,
-    /// The session's token counts before the request.
-    usage_before: (i64, i64),
 }
 
 async fn completions(
@@ -159,15 +156,6 @@ async fn completions(
         attachments: Vec::new(),
         mention_names: Vec::new(),
     };
-    let session_key = state.inbox.session_key_of(&message, agent.as_deref());
-    let usage_before = if kept {
-        state.log.session_usage(&session_key).await.map_err(|e| {
-            tracing::error!(error = %e, "api: could not read the session's usage");
-            ApiError::unavailable()
-        })?
-    } else {
-        (0, 0)
-    };
     // Open before the message is journalled, so no streamed piece is missed.
     let stream = request
         .stream
@@ -185,12 +173,10 @@ async fn completions(
     };
     let asked = Asked {
         session,
-        session_key,
         request_id,
         journal_id,
         model: request.model.clone(),
         created: now_secs(),
-        usage_before,
     };
     match stream {
         None => answer(&state, &asked).await,
@@ -221,15 +207,14 @@ async fn outcome(state: &State, asked: &Asked) -> Result<String, ApiError> {
     Ok(texts.join("\n\n"))
 }
 
-/// Tokens the request used: the session's growth while it ran.
+/// Tokens the request used: its own turn's, recorded with its answer (not the session's
+/// growth, which concurrent requests on one session would share).
 async fn usage(state: &State, asked: &Asked) -> Value {
-    let (before_in, before_out) = asked.usage_before;
-    let (now_in, now_out) = state
+    let (prompt, completion) = state
         .log
-        .session_usage(&asked.session_key)
+        .turn_usage(asked.journal_id)
         .await
-        .unwrap_or(asked.usage_before);
-    let (prompt, completion) = ((now_in - before_in).max(0), (now_out - before_out).max(0));
+        .unwrap_or((0, 0));
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
