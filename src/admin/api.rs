@@ -26,6 +26,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/outbox", get(outbox))
         .route("/v1/admin/teams/{team}/tasks", get(team_tasks))
         .route("/v1/admin/jobs", get(jobs))
+        .route("/v1/admin/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
@@ -280,6 +281,21 @@ async fn approve(State(admin): State<Admin>, Path(code): Path<String>) -> Respon
         )
         .into_response(),
         Ok(None) => not_found("pending pairing code (codes expire after an hour)"),
+        Err(err) => unavailable(err),
+    }
+}
+
+/// An operator stops a job (a runaway one, say): cancelled like its owner's `/schedules
+/// cancel`, and its queued turns are dropped when they come up.
+async fn cancel_job(State(admin): State<Admin>, Path(id): Path<String>) -> Response {
+    let job = match admin.store.job_get(&id).await {
+        Ok(Some(job)) => job,
+        Ok(None) => return not_found("job"),
+        Err(err) => return unavailable(err),
+    };
+    match admin.store.job_cancel(&job.session_key, &id).await {
+        Ok(true) => Json(json!({"cancelled": id})).into_response(),
+        Ok(false) => not_found("active job"),
         Err(err) => unavailable(err),
     }
 }

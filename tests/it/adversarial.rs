@@ -76,6 +76,10 @@ async fn a_pdf_bomb_costs_a_bounded_child_not_the_service() {
     )
     .await;
     assert_eq!(reply(&body), "model read: still there?");
+    assert!(
+        !service.logs().contains("panicked"),
+        "a parser failure is an answer, not a panic line in the log"
+    );
 }
 
 /// #33.3 and the fuzzing it asks for: the bounded reader, fed arbitrary bytes, mangled PDFs

@@ -505,3 +505,74 @@ async fn recurring_jobs_neither_overlap_nor_exceed_the_rate() {
         "the cap left room for the quick job"
     );
 }
+
+/// #33.8: cancelling a job drops its runs already queued: a job's turn waiting behind a slow
+/// turn in its origin session never starts once an operator cancels the job (admin API).
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_job_drops_its_queued_turns() {
+    let jobs = script(reply_job);
+    let llm = LlmStandIn::start(move |body, i| {
+        if last_user(body) == "slow please" {
+            Behaviour::slow("slow done", Duration::from_secs(4))
+        } else {
+            jobs(body, i)
+        }
+    })
+    .await;
+    let config = config_with_llm(
+        &llm.url,
+        &format!("{WEBHOOK}[schedules]\nmin_interval_secs = 1\n"),
+    )
+    .replacen(
+        "[server]\n",
+        "[server]\nadmin_token_env = \"FC_ADMIN\"\n",
+        1,
+    );
+    let work = Workdir::new(&config);
+    let service = Service::start(&work, &[("FC_HOOK", SECRET), ("FC_ADMIN", "adm")]).await;
+    let hook = Hook::new(&service, SECRET);
+    let (_, body) = hook
+        .send(
+            "z",
+            None,
+            "m1",
+            r#"schedule {"prompt": "queued", "cron": "* * * * * *", "session": "origin"}"#,
+            "?wait=20",
+        )
+        .await;
+    let id = created(&body)["id"].as_str().unwrap().to_string();
+    assert_eq!(hook.send("z", None, "m2", "slow please", "").await.0, 202);
+    // The slow turn holds the lane; the job's next run queues behind it.
+    wait_for("the slow turn running", Duration::from_secs(10), || async {
+        llm.requests()
+            .iter()
+            .any(|r| r.last_user == "slow please")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cancelled = reqwest::Client::new()
+        .post(format!("{}/v1/admin/jobs/{id}/cancel", service.base))
+        .bearer_auth("adm")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    let started = job_turns(&llm, "queued");
+    wait_for(
+        "the slow turn answered",
+        Duration::from_secs(15),
+        || async { (!posted(&hook, "z", "slow done").await.is_empty()).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        job_turns(&llm, "queued"),
+        started,
+        "no run of the cancelled job starts after the cancel"
+    );
+    assert!(
+        service.logs().contains("its queued turn is dropped"),
+        "a queued run was there to drop"
+    );
+}
