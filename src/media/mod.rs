@@ -260,6 +260,26 @@ mod tests {
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     }
 
+    proptest::proptest! {
+        /// Arbitrary names (#33: adversarial media) land in `inbox/` under a safe name, and
+        /// arbitrary inline content is decoded within its limit or refused.
+        #[test]
+        fn arbitrary_names_and_content_stay_bounded(
+            name in ".{0,300}",
+            data in "[A-Za-z0-9+/=\\s\\x00-\\x7f]{0,400}",
+            max in 0u64..300,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let (relative, path) = store(dir.path(), &name, b"x").unwrap();
+            let inner = relative.strip_prefix("inbox/").unwrap();
+            proptest::prop_assert!(!inner.is_empty() && !inner.contains('/') && inner != "." && inner != "..");
+            proptest::prop_assert!(path.starts_with(dir.path()));
+            if let Ok(bytes) = decode_inline(&data, max) {
+                proptest::prop_assert!(bytes.len() as u64 <= max);
+            }
+        }
+    }
+
     #[test]
     fn inline_content_is_decoded_within_the_limit() {
         let data = base64::engine::general_purpose::STANDARD.encode(b"hello");
