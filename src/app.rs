@@ -138,9 +138,10 @@ impl App {
         } else {
             TurnWatch::default()
         };
+        // One address policy (and one client) for every fetch a message can cause.
+        let egress = Arc::new(crate::egress::Guarded::from_config(&config.tools));
         let tools = Arc::new(ToolRegistry::builtin(
-            config.tools.web_fetch_allow_private,
-            &config.tools.web_fetch_proxy,
+            egress.clone(),
             Duration::from_secs(config.sandbox.timeout_secs),
         ));
         // Connects on first use (or at start when enabled, see `prepare_sandbox`).
@@ -155,6 +156,7 @@ impl App {
                 Arc::new(ChannelFeedback(channel_map.clone())),
                 notifier.clone(),
                 tools,
+                egress,
             )
             .with_sandbox(sandbox.clone())
             .with_transcriber(crate::media::Transcriber::new(

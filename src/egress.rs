@@ -15,23 +15,27 @@ use std::time::Duration;
 
 const MAX_REDIRECTS: usize = 5;
 
-/// The policy and its client, built on first use (idle services never pay for it).
+/// The policy and its client, built on first use (idle services never pay for it). One per
+/// service, shared by every fetch it governs; each request sets its own time limit.
 pub struct Guarded {
     client: OnceLock<Result<reqwest::Client, String>>,
     allow_private: bool,
     /// `tools.web_fetch_proxy` (empty: no proxy, whatever the environment says).
     proxy: String,
-    timeout: Duration,
 }
 
 impl Guarded {
-    pub fn new(allow_private: bool, proxy: &str, timeout: Duration) -> Self {
+    pub fn new(allow_private: bool, proxy: &str) -> Self {
         Guarded {
             client: OnceLock::new(),
             allow_private,
             proxy: proxy.trim().to_string(),
-            timeout,
         }
+    }
+
+    /// The policy `[tools]` sets.
+    pub fn from_config(tools: &crate::config::ToolsConfig) -> Self {
+        Self::new(tools.web_fetch_allow_private, &tools.web_fetch_proxy)
     }
 
     /// Checks `raw` (http or https, not naming a refused address) and returns the client
@@ -49,20 +53,15 @@ impl Guarded {
         }
         let client = self
             .client
-            .get_or_init(|| build_client(self.allow_private, &self.proxy, self.timeout))
+            .get_or_init(|| build_client(self.allow_private, &self.proxy))
             .as_ref()
             .map_err(Clone::clone)?;
         Ok((client, url))
     }
 }
 
-fn build_client(
-    allow_private: bool,
-    proxy: &str,
-    timeout: Duration,
-) -> Result<reqwest::Client, String> {
+fn build_client(allow_private: bool, proxy: &str) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
-        .timeout(timeout)
         .connect_timeout(Duration::from_secs(10))
         .user_agent("ferroclaw-fetch")
         .tls_built_in_native_certs(false)

@@ -60,8 +60,9 @@ impl TurnHandler {
         entry: &JournalEntry,
         stop: &CancellationToken,
     ) -> Result<(), TurnError> {
+        let job = crate::schedules::job_of_message(&entry.message);
         // A cancelled job's queued turns are dropped (answered with nothing).
-        if let Some(job) = crate::schedules::job_of_message(&entry.message) {
+        if let Some(job) = job {
             let cancelled = self
                 .store
                 .job_get(job)
@@ -76,7 +77,7 @@ impl TurnHandler {
         // A subagent's outcome starts an internal turn, which may spawn again: such chains
         // are capped, and `/stop` ends them.
         // A job's turn is not a chain step (jobs have their own limits).
-        if entry.message.internal && !crate::schedules::is_job_message(&entry.message) {
+        if entry.message.internal && job.is_none() {
             if !self.chains.step(&entry.session_key, self.max_chained_turns) {
                 tracing::info!(session = %entry.session_key, "chained internal turn not run (stopped or subagents.max_chained_turns reached)");
                 return Ok(self.answer(entry, None).await?);
@@ -99,7 +100,7 @@ impl TurnHandler {
             attachments: &entry.message.attachments,
             images: &[],
             mention_names: &entry.message.mention_names,
-            job: crate::schedules::job_of_message(&entry.message),
+            job,
         };
         let output: TurnOutput = self
             .engine

@@ -27,13 +27,12 @@ pub fn describe(error: &io::Error) -> String {
             "the path goes through a symlink or a file where a folder should be (links are not followed)".into()
         }
         _ if error.kind() == io::ErrorKind::NotFound => "no such file or folder".into(),
-        _ if error.kind() == io::ErrorKind::InvalidInput => error.to_string(),
         _ => error.to_string(),
     }
 }
 
 /// The names of `relative`'s parts; `..`, absolute paths and `~` are refused.
-fn parts(relative: &Path) -> io::Result<Vec<&std::ffi::OsStr>> {
+pub fn parts(relative: &Path) -> io::Result<Vec<&std::ffi::OsStr>> {
     let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_string());
     if relative.as_os_str().as_encoded_bytes().first() == Some(&b'~') {
         return Err(invalid(
@@ -101,6 +100,20 @@ fn walk(mut dir: OwnedFd, names: &[&std::ffi::OsStr], create: bool) -> io::Resul
     Ok(dir)
 }
 
+fn not_regular() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")
+}
+
+/// The size of the regular file `fd` is; anything else (a FIFO, a device, a folder) is
+/// refused.
+fn regular_size(fd: &OwnedFd) -> io::Result<u64> {
+    let stat = rustix::fs::fstat(fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(not_regular());
+    }
+    Ok(stat.st_size as u64)
+}
+
 /// A folder of the workspace (`.` or empty: the workspace itself), for listing.
 pub fn open_dir(root: &Path, relative: &Path) -> io::Result<OwnedFd> {
     let names = parts(relative)?;
@@ -120,16 +133,10 @@ pub fn open_read(root: &Path, relative: &Path) -> io::Result<(File, u64)> {
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let stat = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
+    let size = regular_size(&fd)?;
     // Back to blocking reads for the caller.
     rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;
-    Ok((File::from(fd), stat.st_size as u64))
+    Ok((File::from(fd), size))
 }
 
 /// How [`create_file`] treats a file that is already there.
@@ -156,21 +163,10 @@ pub fn create_file(root: &Path, relative: &Path, existing: Existing) -> io::Resu
     let fd = match rustix::fs::openat(&dir, last, flags, Mode::from_raw_mode(0o644)) {
         Ok(fd) => fd,
         // A FIFO with no reader (opened without blocking): not a file to write.
-        Err(rustix::io::Errno::NXIO) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
+        Err(rustix::io::Errno::NXIO) => return Err(not_regular()),
         Err(e) => return Err(e.into()),
     };
-    let stat = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
+    regular_size(&fd)?;
     // Truncate only once it is known to be a regular file of the workspace.
     rustix::fs::ftruncate(&fd, 0)?;
     rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;

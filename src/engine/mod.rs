@@ -72,8 +72,9 @@ pub struct Engine {
     teams: crate::teams::Teams,
     schedules: crate::schedules::ScheduleHandle,
     transcriber: crate::media::Transcriber,
-    /// Attachment URLs are fetched under `web_fetch`'s address policy (`crate::egress`).
-    attachment_fetch: crate::egress::Guarded,
+    /// Attachment URLs are fetched under the service's one address policy, the one
+    /// `web_fetch` uses (`crate::egress`).
+    attachment_fetch: Arc<crate::egress::Guarded>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +193,7 @@ impl Engine {
         feedback: Arc<dyn LiveFeedback>,
         outbox: OutboxNotifier,
         tools: Arc<ToolRegistry>,
+        attachment_fetch: Arc<crate::egress::Guarded>,
     ) -> Self {
         let tool_tokens = tools
             .specs()
@@ -206,11 +208,6 @@ impl Engine {
             .collect();
         let teams = crate::teams::Teams::from_config(&config);
         let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
-        let attachment_fetch = crate::egress::Guarded::new(
-            config.tools.web_fetch_allow_private,
-            &config.tools.web_fetch_proxy,
-            std::time::Duration::from_secs(60),
-        );
         Engine {
             store,
             chain,

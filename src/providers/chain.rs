@@ -145,31 +145,27 @@ impl FallbackChain {
         let mut notes = Vec::new();
         let mut reasons = Vec::new();
         let mut tried = false;
-        let mut cooling: Option<(Instant, &ModelRef)> = None;
-        // The chain in order; when nothing was tried because every usable model is cooling
-        // down, once more with the one whose cooldown ends first.
-        // Models with no usable provider only add their reason: dropped from the queue so the
-        // last usable model's turn is the queue's end.
+        type Usable<'a> = (&'a ModelRef, &'a Arc<dyn ModelProvider>);
+        let mut cooling: Option<(Instant, Usable)> = None;
+        // The usable models in order (the others only add their reason), so the last one's
+        // turn is the queue's end; when nothing was tried because every one is cooling down,
+        // once more with the one whose cooldown ends first.
+        let mut queue = std::collections::VecDeque::new();
         for model in &order {
-            if !self.providers.contains_key(&model.provider)
-                && let Some(reason) = self.unusable.get(&model.provider)
-            {
-                reasons.push(format!("{model}: {reason}"));
+            match self.providers.get(&model.provider) {
+                Some(provider) => queue.push_back(((model, provider), false)),
+                None => {
+                    if let Some(reason) = self.unusable.get(&model.provider) {
+                        reasons.push(format!("{model}: {reason}"));
+                    }
+                }
             }
         }
-        let mut queue: std::collections::VecDeque<(&ModelRef, bool)> = order
-            .iter()
-            .filter(|m| self.providers.contains_key(&m.provider))
-            .map(|m| (m, false))
-            .collect();
-        while let Some((model, forced)) = queue.pop_front() {
-            let Some(provider) = self.providers.get(&model.provider) else {
-                continue;
-            };
+        while let Some(((model, provider), forced)) = queue.pop_front() {
             if !forced && let Some(until) = self.cooling_until(model) {
                 notes.push(format!("{model}: cooling down"));
                 if cooling.is_none_or(|(first, _)| until < first) {
-                    cooling = Some((until, model));
+                    cooling = Some((until, (model, provider)));
                 }
                 if queue.is_empty()
                     && !tried
@@ -177,7 +173,7 @@ impl FallbackChain {
                 {
                     // Every usable model is cooling down: refusing would black the agent
                     // out; the one that recovers first is tried.
-                    tracing::info!(model = %soonest, "every model is cooling down; trying the one that recovers first");
+                    tracing::info!(model = %soonest.0, "every model is cooling down; trying the one that recovers first");
                     queue.push_back((soonest, true));
                 }
                 continue;

@@ -204,7 +204,7 @@ const JOB_PREFIX: &str = "job:";
 
 /// Whether a journalled message is a job's turn (not a person's message).
 pub fn is_job_message(message: &InboundMessage) -> bool {
-    message.internal && message.sender.id.starts_with(JOB_PREFIX)
+    job_of_message(message).is_some()
 }
 
 /// The job a journalled message is the turn of: only an internal entry (which only the

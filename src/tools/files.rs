@@ -1,50 +1,35 @@
 //! `read_file`, `write_file`, `list_files`: confined to the session's workspace folder.
-//! Absolute paths, `..` and symlinks are refused; files are opened through
-//! [`crate::workspace_fs`], so a link swapped in after the check is not followed either.
+//! Absolute paths, `..` and symlinks are refused: files are opened through
+//! [`crate::workspace_fs`], which follows no link, planted or swapped in.
 
 use super::{Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 const MAX_READ_BYTES: u64 = 256 * 1024;
 
-/// Checks that `relative` names a place inside `root` (no `..`, not absolute) and that no
-/// symlink leads there; the tools open the file through [`crate::workspace_fs`] anyway, which
-/// follows no link, so this check is only for an early, clear answer.
+/// Checks that `relative` names a place inside `root` (no `..`, not absolute:
+/// `workspace_fs`'s own rule) and that no symlink lies on the way, for a path handed on
+/// rather than opened here (`exec`'s working folder). The file tools open through
+/// [`crate::workspace_fs`] instead, which follows no link.
 pub fn confine(root: &Path, relative: &str) -> Result<PathBuf, ToolError> {
-    let rel = Path::new(relative);
-    if rel.is_absolute() || relative.starts_with('~') {
-        return Err(ToolError::new(
-            "absolute paths are not allowed; use a path inside the workspace",
-        ));
-    }
-    for component in rel.components() {
-        match component {
-            Component::Normal(_) | Component::CurDir => {}
-            _ => {
-                return Err(ToolError::new(
-                    "`..` is not allowed; stay inside the workspace",
-                ));
-            }
-        }
-    }
+    let names =
+        crate::workspace_fs::parts(Path::new(relative)).map_err(|e| ToolError(e.to_string()))?;
     std::fs::create_dir_all(root).map_err(|e| ToolError(format!("workspace unavailable: {e}")))?;
     let mut at = root.to_path_buf();
-    for component in rel.components() {
-        if let Component::Normal(name) = component {
-            at.push(name);
-            if at
-                .symlink_metadata()
-                .is_ok_and(|m| m.file_type().is_symlink())
-            {
-                return Err(ToolError::new(
-                    "the path goes through a symlink (links are not followed)",
-                ));
-            }
+    for name in names {
+        at.push(name);
+        if at
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(ToolError::new(
+                "the path goes through a symlink (links are not followed)",
+            ));
         }
     }
-    Ok(root.join(rel))
+    Ok(root.join(relative))
 }
 
 fn fs_error(what: &str, e: std::io::Error) -> ToolError {
@@ -88,7 +73,6 @@ impl Tool for ReadFile {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let PathArgs { path: given } = super::typed(args)?;
-        confine(&cx.workspace, &given)?;
         let root = cx.workspace.clone();
         tokio::task::spawn_blocking(move || {
             use std::io::Read;
@@ -129,7 +113,6 @@ impl Tool for WriteFile {
             path: given,
             content,
         } = super::typed(args)?;
-        confine(&cx.workspace, &given)?;
         let root = cx.workspace.clone();
         let len = content.len();
         tokio::task::spawn_blocking(move || {
@@ -167,7 +150,6 @@ impl Tool for ListFiles {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let PathArgs { path: given } = super::typed(args)?;
-        confine(&cx.workspace, &given)?;
         let root = cx.workspace.clone();
         let names = tokio::task::spawn_blocking(move || {
             crate::workspace_fs::list(&root, Path::new(&given))

@@ -159,16 +159,12 @@ impl ToolRegistry {
 
     /// The built-in tools for this configuration. `exec` is always registered; each agent is
     /// offered it only where it can run.
-    pub fn builtin(
-        allow_private: bool,
-        web_fetch_proxy: &str,
-        exec_max: std::time::Duration,
-    ) -> Self {
+    pub fn builtin(egress: Arc<crate::egress::Guarded>, exec_max: std::time::Duration) -> Self {
         Self::new(vec![
             Arc::new(ReadFile),
             Arc::new(WriteFile),
             Arc::new(ListFiles),
-            Arc::new(WebFetch::new(allow_private, web_fetch_proxy)),
+            Arc::new(WebFetch::new(egress)),
             Arc::new(MessageTool),
             Arc::new(PlanTool),
             Arc::new(SessionsSpawn),
@@ -324,13 +320,19 @@ impl ToolRegistry {
 mod tests {
     #[test]
     fn the_name_list_is_the_registry() {
-        let registry = super::ToolRegistry::builtin(false, "", std::time::Duration::from_secs(1));
+        let registry = super::ToolRegistry::builtin(
+            std::sync::Arc::new(crate::egress::Guarded::new(false, "")),
+            std::time::Duration::from_secs(1),
+        );
         assert_eq!(registry.names(), super::NAMES);
     }
 
     #[test]
     fn every_tool_schema_compiles_into_a_validator() {
-        let registry = super::ToolRegistry::builtin(false, "", std::time::Duration::from_secs(1));
+        let registry = super::ToolRegistry::builtin(
+            std::sync::Arc::new(crate::egress::Guarded::new(false, "")),
+            std::time::Duration::from_secs(1),
+        );
         for index in 0..registry.tools.len() {
             registry.validator(index);
         }

@@ -85,8 +85,7 @@ impl Tool for SendFile {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let path = args["path"].as_str().unwrap_or_default();
-        let full = super::confine(&cx.workspace, path)?;
-        let name = full
+        let name = std::path::Path::new(path)
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("file")

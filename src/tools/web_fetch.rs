@@ -12,14 +12,13 @@ const MAX_BYTES: usize = 512 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 pub struct WebFetch {
-    guarded: crate::egress::Guarded,
+    guarded: std::sync::Arc<crate::egress::Guarded>,
 }
 
 impl WebFetch {
-    pub fn new(allow_private: bool, proxy: &str) -> Self {
-        WebFetch {
-            guarded: crate::egress::Guarded::new(allow_private, proxy, TIMEOUT),
-        }
+    /// Fetches under the service's one address policy.
+    pub fn new(guarded: std::sync::Arc<crate::egress::Guarded>) -> Self {
+        WebFetch { guarded }
     }
 }
 
@@ -51,7 +50,7 @@ impl Tool for WebFetch {
                 format!("field `url`: {e}")
             })
         })?;
-        let response = client.get(url).send().await.map_err(|e| {
+        let response = client.get(url).timeout(TIMEOUT).send().await.map_err(|e| {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {

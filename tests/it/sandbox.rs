@@ -218,13 +218,8 @@ async fn exec_is_offered_only_where_it_can_run_and_a_sandboxed_child_runs_it_for
     let extra = format!("[sandbox]\nimage = \"{IMAGE}\"\n");
     let app = InProc::start(&config(&llm.url, "", &extra)).await;
     app.say("c", "delegate").await;
-    wait_for("the parent's summary", Duration::from_secs(30), || async {
-        app.delivered()
-            .iter()
-            .any(|m| m.text == "parent summary")
-            .then_some(())
-    })
-    .await;
+    app.wait_text("parent summary", Duration::from_secs(30))
+        .await;
     let requests = llm.requests();
     let parent = requests
         .iter()
@@ -590,13 +585,8 @@ async fn a_sandboxed_spawn_keeps_the_agents_tool_allowlist_and_models() {
     ))
     .await;
     app.say("c", "delegate").await;
-    wait_for("the parent's summary", Duration::from_secs(30), || async {
-        app.delivered()
-            .iter()
-            .any(|m| m.text == "parent summary")
-            .then_some(())
-    })
-    .await;
+    app.wait_text("parent summary", Duration::from_secs(30))
+        .await;
     let first = app
         .delivered()
         .iter()

@@ -622,13 +622,7 @@ async fn wait_blocks_for_a_child_and_session_mode_children_stay_for_steering() {
     .await;
     let app = InProc::start(&config(&llm.url, "", "")).await;
     app.say("c", "go").await;
-    wait_for("the waited reply", Duration::from_secs(20), || async {
-        app.delivered()
-            .iter()
-            .any(|m| m.text == "waited")
-            .then_some(())
-    })
-    .await;
+    app.wait_text("waited", Duration::from_secs(20)).await;
     let waited = llm
         .requests()
         .into_iter()
@@ -750,13 +744,8 @@ async fn a_grandchild_reports_to_the_subagent_that_spawned_it_which_waits_for_it
     let cfg = config(&llm.url, "", "[subagents]\nmax_depth = 2");
     let app = InProc::start(&cfg).await;
     app.say("c", "go").await;
-    wait_for("the parent's summary", Duration::from_secs(20), || async {
-        app.delivered()
-            .iter()
-            .any(|m| m.text == "parent: all done")
-            .then_some(())
-    })
-    .await;
+    app.wait_text("parent: all done", Duration::from_secs(20))
+        .await;
     let announced = announcements(&app.delivered());
     let middle = announced
         .iter()

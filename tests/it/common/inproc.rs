@@ -127,6 +127,17 @@ impl InProc {
         self.recorder.delivered.lock().unwrap().clone()
     }
 
+    /// Wait (at most `within`) until a message with exactly `text` was delivered.
+    pub async fn wait_text(&self, text: &str, within: Duration) {
+        super::wait_for(&format!("the reply `{text}`"), within, || async {
+            self.delivered()
+                .iter()
+                .any(|m| m.text == text)
+                .then_some(())
+        })
+        .await
+    }
+
     /// Wait until at least `n` messages were delivered; returns them.
     pub async fn wait_delivered(&self, n: usize) -> Vec<OutboundMessage> {
         super::wait_for(
