@@ -124,6 +124,7 @@ pub async fn fetch_url(
     let (client, url) = guarded.check(url).map_err(FetchError::Failed)?;
     let response = client
         .get(url)
+        .timeout(std::time::Duration::from_secs(60))
         .send()
         .await
         .map_err(|e| FetchError::Failed(format!("{}", e.without_url())))?;
@@ -147,6 +148,9 @@ pub async fn fetch_url(
     }
     Ok(body)
 }
+
+/// The longest name a stored file gets, its `-N` suffix left room under 255 bytes.
+const MAX_NAME: usize = 200;
 
 /// Keep a file in `workspace/inbox/` under a safe, unused name; returns the path relative to
 /// the workspace (`inbox/<name>`) and the full path. Written through
@@ -172,12 +176,21 @@ pub fn store(workspace: &Path, name: &str, bytes: &[u8]) -> std::io::Result<(Str
     } else {
         clean
     };
-    let (stem, ext) = match clean.rsplit_once('.') {
+    let (mut stem, mut ext) = match clean.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => (stem.to_string(), format!(".{ext}")),
         _ => (clean.clone(), String::new()),
     };
-    let mut name = clean.clone();
-    for n in 2.. {
+    // File systems take names of at most 255 bytes: a longer one is shortened, keeping a
+    // short extension (the cleaned name is ASCII, so any cut is a character boundary).
+    if stem.len() + ext.len() > MAX_NAME {
+        if ext.len() > 16 {
+            ext.clear();
+        }
+        stem.truncate(MAX_NAME - ext.len());
+    }
+    let mut name = format!("{stem}{ext}");
+    let mut n = 1;
+    loop {
         let relative = format!("inbox/{name}");
         match crate::workspace_fs::create_file(
             workspace,
@@ -190,12 +203,12 @@ pub fn store(workspace: &Path, name: &str, bytes: &[u8]) -> std::io::Result<(Str
                 return Ok((relative, path));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => {
+                n += 1;
                 name = format!("{stem}-{n}{ext}");
             }
             Err(e) => return Err(e),
         }
     }
-    unreachable!("the loop returns")
 }
 
 /// A document's text: PDF through `pdf-extract` in a bounded child process (`pdf.rs`: memory,
@@ -240,6 +253,8 @@ mod tests {
         assert_eq!(b, "inbox/pass_wd-2.txt");
         let (c, _) = store(dir.path(), "..", b"3").unwrap();
         assert_eq!(c, "inbox/file");
+        let (d, _) = store(dir.path(), &format!("{}.pdf", "x".repeat(400)), b"4").unwrap();
+        assert_eq!(d, format!("inbox/{}.pdf", "x".repeat(MAX_NAME - 4)));
     }
 
     #[test]
