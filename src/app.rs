@@ -4,7 +4,7 @@
 
 use crate::access::{Access, AccessPolicy};
 use crate::config::{Config, LoadedConfig, ProviderKind};
-use crate::engine::{Engine, LiveFeedback};
+use crate::engine::{Engine, EngineParts, LiveFeedback};
 use crate::ingress::Ingress;
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryClaims, DeliveryWorker, OutboxNotifier};
@@ -148,22 +148,23 @@ impl App {
         let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
             crate::sandbox::docker::Settings::from_config(&config),
         ));
-        let engine = Arc::new(
-            Engine::new(
-                store.clone(),
-                chain,
-                config.clone(),
-                Arc::new(ChannelFeedback(channel_map.clone())),
-                notifier.clone(),
-                tools,
-                egress,
-            )
-            .with_sandbox(sandbox.clone())
-            .with_transcriber(crate::media::Transcriber::new(
+        let engine = Arc::new(Engine::new(EngineParts {
+            store: store.clone(),
+            chain,
+            config: config.clone(),
+            feedback: Arc::new(ChannelFeedback(channel_map.clone())),
+            outbox: notifier.clone(),
+            tools,
+            egress,
+            sandbox: Some(sandbox.clone()),
+            // No policy is configured yet: every call is allowed (approvals, budgets and
+            // egress rules plug in here).
+            gate: Arc::new(crate::policy::AllowAll),
+            transcriber: crate::media::Transcriber::new(
                 &config.transcription,
                 loaded.secrets.transcription_key.clone(),
-            )),
-        );
+            ),
+        }));
         let agents = engine.agents().clone();
         let schedules = engine.schedules().clone();
         // Built in one pass: the registry runs children on the engine and hands the turns

@@ -28,6 +28,7 @@ pub mod models;
 pub mod outbox;
 pub mod pairing;
 pub mod plan;
+pub mod policy;
 pub mod previews;
 pub mod providers;
 pub mod recent_errors;

@@ -101,9 +101,10 @@ pub fn fallback(model: &str) {
 }
 
 /// A tool call ended (`ok` or `error`). `tool` is a registered tool's name or `unknown`.
-pub fn tool_call(tool: &'static str, ok: bool) {
+pub fn tool_call(tool: &str, ok: bool) {
     let outcome = if ok { "ok" } else { "error" };
-    counter!("ferroclaw_tool_calls_total", "tool" => tool, "outcome" => outcome).increment(1);
+    counter!("ferroclaw_tool_calls_total", "tool" => tool.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// Live subagents by state (`queued`, `running`): +1 or -1.

@@ -78,11 +78,19 @@ pub struct LoadedConfig {
     pub warnings: Vec<String>,
 }
 
+/// What the configuration is checked against that is not its own: the names the built
+/// service registers (the composition root passes them; config knows no tool).
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// Every tool an agent's `tools` allowlist may name.
+    pub tools: Vec<String>,
+}
+
 /// Load the configuration. `explicit` is true when the user named the file with `-c`; a
 /// missing default `./config.toml` means built-in defaults, a missing named file is an error.
-pub fn load(path: &Path, explicit: bool) -> Result<LoadedConfig, ConfigError> {
+pub fn load(path: &Path, explicit: bool, known: &Known) -> Result<LoadedConfig, ConfigError> {
     let env = |name: &str| std::env::var(name).ok();
-    load_with(path, explicit, &env)
+    load_with(path, explicit, &env, known)
 }
 
 /// [`load`] with an injectable environment (the overlay always reads the process env).
@@ -90,6 +98,7 @@ pub fn load_with(
     path: &Path,
     explicit: bool,
     env: &dyn Fn(&str) -> Option<String>,
+    known: &Known,
 ) -> Result<LoadedConfig, ConfigError> {
     let mut figment = Figment::new();
     let source = if path.exists() {
@@ -119,7 +128,7 @@ pub fn load_with(
 
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
-    let secrets = validate(&config, env, &mut problems, &mut warnings);
+    let secrets = validate(&config, env, known, &mut problems, &mut warnings);
     if !problems.is_empty() {
         return Err(ConfigError { problems });
     }
@@ -182,6 +191,7 @@ fn figment_problem(err: figment::Error) -> Problem {
 fn validate(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
+    known: &Known,
     problems: &mut Vec<Problem>,
     warnings: &mut Vec<String>,
 ) -> Secrets {
@@ -271,13 +281,10 @@ fn validate(
             );
         }
         for (i, tool) in agent.tools.iter().flatten().enumerate() {
-            if !crate::tools::NAMES.contains(&tool.as_str()) {
+            if !known.tools.contains(tool) {
                 problem(
                     &format!("agents.{id}.tools[{i}]"),
-                    format!(
-                        "unknown tool `{tool}` (tools: {})",
-                        crate::tools::NAMES.join(", ")
-                    ),
+                    format!("unknown tool `{tool}` (tools: {})", known.tools.join(", ")),
                 );
             }
         }

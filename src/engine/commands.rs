@@ -225,7 +225,7 @@ impl Engine {
     /// Where `exec` runs, for `/status` (None when it is off and no sandbox is configured).
     fn exec_status(&self) -> Option<String> {
         use crate::sandbox::Availability;
-        let sandbox = self.sandbox.as_ref().map(|s| s.availability());
+        let sandbox = self.personas.sandbox().map(|s| s.availability());
         match (self.config.sandbox.enabled, sandbox) {
             (true, Some(Availability::Ready)) => Some(format!(
                 "sandboxed (Docker, image {})",
@@ -287,8 +287,8 @@ impl Engine {
 
     /// The boards of the teams the session's agent is in.
     async fn team_text(&self, session: &SessionRow) -> Result<String, TurnError> {
-        let agent = self.agents.of_session(&session.key);
-        let teams = self.teams.of(&agent.id);
+        let agent = self.agents().of_session(&session.key);
+        let teams = self.personas.teams_of(&agent.id);
         if teams.is_empty() {
             return Ok(format!("Agent {} is not in a team.", agent.id));
         }
@@ -307,7 +307,7 @@ impl Engine {
         jobs: i64,
     ) -> String {
         let mut out = String::new();
-        let agent = self.agents.of_session(&session.key);
+        let agent = self.agents().of_session(&session.key);
         let _ = writeln!(out, "Agent: {}", agent.id);
         let _ = writeln!(out, "Session: {}", session.key);
         let _ = writeln!(out, "Model: {}", self.session_model(session));

@@ -3,7 +3,9 @@
 //! would not fit, older entries are summarised by the model into the session summary, which
 //! is stored and sent in their place.
 
+use super::calls::ModelCall;
 use super::{Engine, TurnError, context};
+use crate::policy::{CallKind, CallScope};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::storage::{SessionRow, TranscriptEntry, TranscriptRole};
 
@@ -146,7 +148,18 @@ async fn summarise(
         affinity: Some(session.key.as_str().into()),
     };
     let model = engine.session_model(session);
-    match engine.chain.complete_from(&model, &request, &|_| {}).await {
+    let call = ModelCall {
+        kind: CallKind::Compaction,
+        scope: CallScope {
+            session_key: &session.key,
+            agent: &engine.agents().of_session(&session.key).id,
+            sender: None,
+            route: &session.route,
+        },
+        model: &model,
+        fallbacks: None,
+    };
+    match engine.call_model(call, &request, &|_| {}).await {
         Ok((response, _)) if !response.content.trim().is_empty() => Some(response.content),
         Ok(_) => None,
         Err(err) => {

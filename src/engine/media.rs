@@ -5,8 +5,10 @@
 //! and audio as their transcript. A file too large, of a refused type, or a voice note that
 //! could not be transcribed is answered with a clear line instead of a model call.
 
+use super::calls::ModelCall;
 use super::{Engine, Persona, TurnInput};
 use crate::media::{self, MediaError};
+use crate::policy::CallKind;
 use crate::providers::{ChatMessage, ChatRequest, ImagePart, ModelRef, Role};
 use crate::storage::SessionRow;
 use base64::Engine as _;
@@ -120,7 +122,13 @@ impl Engine {
             tracing::info!(kind = ?attachment.kind, mime = %mime, bytes = bytes.len(), "attachment stored");
             if mime.starts_with("image/") {
                 let note = self
-                    .image(persona, &mime, bytes, &path, &mut prepared.images)
+                    .image(
+                        input,
+                        &session.key,
+                        persona,
+                        (&mime, bytes, &path),
+                        &mut prepared.images,
+                    )
                     .await;
                 prepared.notes.push(note);
             } else if mime.starts_with("audio/")
@@ -174,10 +182,10 @@ impl Engine {
     /// else a note of where it is.
     async fn image(
         &self,
+        input: &TurnInput<'_>,
+        session_key: &str,
         persona: &Persona,
-        mime: &str,
-        bytes: Vec<u8>,
-        path: &str,
+        (mime, bytes, path): (&str, Vec<u8>, &str),
         images: &mut Vec<ImagePart>,
     ) -> String {
         let part = ImagePart {
@@ -198,11 +206,12 @@ impl Engine {
                 tools: Arc::from([]),
                 affinity: None,
             };
-            match self
-                .chain
-                .complete_via(&model, &[], &request, &|_| {})
-                .await
-            {
+            let call = ModelCall {
+                fallbacks: Some(&[]),
+                model: &model,
+                ..ModelCall::of_turn(CallKind::VisionDescription, input, session_key, persona)
+            };
+            match self.call_model(call, &request, &|_| {}).await {
                 Ok((response, _)) if !response.content.trim().is_empty() => {
                     return format!(
                         "[The user sent an image, saved at {path}. A vision model describes it:] {}",

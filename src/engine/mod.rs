@@ -7,10 +7,13 @@
 //! messages and the answered-mark in one transaction). It never does channel I/O other than
 //! streaming deltas and typing (`LiveFeedback`): replies leave through the outbox.
 
+mod calls;
 mod commands;
 mod compact;
 mod context;
 mod feedback;
+#[cfg(test)]
+mod gate_tests;
 mod media;
 mod planning;
 mod steps;
@@ -24,36 +27,16 @@ use crate::agents::{AgentProfile, Agents};
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
+pub use crate::policy::Persona;
+use crate::policy::{Gate, Personas};
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef, ToolSpec};
-use crate::sandbox::{Availability, Sandbox};
-use crate::skills::{Skill, SkillLibrary};
-use crate::spawn::{SpawnHandle, SpawnScope, Spawner, StepObserver};
+use crate::sandbox::Sandbox;
+use crate::spawn::{SpawnHandle, SpawnScope, Spawner};
 use crate::storage::{NewTranscriptEntry, SessionRow, Store, StoreError};
-use crate::tools::{ExecPlace, ToolContext, ToolRegistry};
+use crate::tools::{ToolContext, ToolRegistry};
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
-pub struct Persona {
-    /// The configured agent it runs as (fallbacks, workspace, links).
-    pub agent: Arc<AgentProfile>,
-    /// Its skill menu (listed in the system prompt; `read_skill` reads from it).
-    pub skills: Arc<[Skill]>,
-    pub system: String,
-    /// Tool names offered.
-    pub tools: Vec<String>,
-    pub model: ModelRef,
-    pub depth: u32,
-    /// For subagents: the chat/thread (and message) their own children announce into.
-    pub origin: Option<(ChatRoute, Option<String>)>,
-    /// For subagents: hears the tools of each step (their status message shows them).
-    pub progress: Option<Arc<dyn StepObserver>>,
-    /// Where this agent's own `sessions_spawn` children go (None: it may not spawn).
-    pub spawner: Option<Arc<dyn Spawner>>,
-    /// Where its `exec` runs (None: `exec` is not offered).
-    pub exec: Option<ExecPlace>,
-}
 
 pub struct Engine {
     store: Arc<dyn Store>,
@@ -63,13 +46,12 @@ pub struct Engine {
     outbox: OutboxNotifier,
     tools: Arc<ToolRegistry>,
     tool_tokens: usize,
-    /// Containers for `exec` (None: no sandbox can be had).
-    sandbox: Option<Arc<dyn Sandbox>>,
-    agents: Arc<Agents>,
+    /// Who a turn runs as (agents, skills, teams, tool offer, sandbox).
+    personas: Personas,
+    /// The policy every tool call and model call passes.
+    gate: Arc<dyn Gate>,
     /// Each agent's `sessions_spawn` and `delegate` specs (built once, not per turn).
     linked_specs: std::collections::HashMap<String, Vec<ToolSpec>>,
-    skills: SkillLibrary,
-    teams: crate::teams::Teams,
     schedules: crate::schedules::ScheduleHandle,
     transcriber: crate::media::Transcriber,
     /// Attachment URLs are fetched under the service's one address policy, the one
@@ -185,28 +167,49 @@ impl TurnOutput {
     }
 }
 
+/// What the engine is built from (the composition root fills it once).
+pub struct EngineParts {
+    pub store: Arc<dyn Store>,
+    pub chain: Arc<FallbackChain>,
+    pub config: Arc<Config>,
+    pub feedback: Arc<dyn LiveFeedback>,
+    pub outbox: OutboxNotifier,
+    pub tools: Arc<ToolRegistry>,
+    /// Attachment URLs are fetched under the service's one address policy.
+    pub egress: Arc<crate::egress::Guarded>,
+    /// Containers for `exec` (None: no sandbox can be had).
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// The policy around every tool call and model call (`policy::AllowAll` for none).
+    pub gate: Arc<dyn Gate>,
+    /// Transcription of voice notes.
+    pub transcriber: crate::media::Transcriber,
+}
+
 impl Engine {
-    pub fn new(
-        store: Arc<dyn Store>,
-        chain: Arc<FallbackChain>,
-        config: Arc<Config>,
-        feedback: Arc<dyn LiveFeedback>,
-        outbox: OutboxNotifier,
-        tools: Arc<ToolRegistry>,
-        attachment_fetch: Arc<crate::egress::Guarded>,
-    ) -> Self {
+    pub fn new(parts: EngineParts) -> Self {
+        let EngineParts {
+            store,
+            chain,
+            config,
+            feedback,
+            outbox,
+            tools,
+            egress,
+            sandbox,
+            gate,
+            transcriber,
+        } = parts;
         let tool_tokens = tools
             .specs()
             .iter()
             .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
             .sum();
-        let agents = Arc::new(Agents::from_config(&config));
-        let skills = SkillLibrary::load(&config.skills.dir, &agents);
-        let linked_specs = agents
+        let personas = Personas::new(&config, tools.names(), chain.clone(), sandbox);
+        let linked_specs = personas
+            .agents()
             .all()
             .map(|agent| (agent.id.clone(), linked_specs(&tools, agent)))
             .collect();
-        let teams = crate::teams::Teams::from_config(&config);
         let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
         Engine {
             store,
@@ -216,57 +219,30 @@ impl Engine {
             outbox,
             tools,
             tool_tokens,
-            sandbox: None,
-            agents,
+            personas,
+            gate,
             linked_specs,
-            skills,
-            teams,
             schedules,
-            transcriber: Default::default(),
-            attachment_fetch,
+            transcriber,
+            attachment_fetch: egress,
         }
     }
 
-    /// Run `exec` in containers from `sandbox` (where the config asks for it).
-    pub fn with_sandbox(mut self, sandbox: Arc<dyn Sandbox>) -> Self {
-        self.sandbox = Some(sandbox);
-        self
-    }
-
-    /// The sandbox, when one is configured and not known to be unavailable.
-    pub(crate) fn usable_sandbox(&self) -> Option<&Arc<dyn Sandbox>> {
-        self.sandbox
-            .as_ref()
-            .filter(|s| !matches!(s.availability(), Availability::Unavailable(_)))
-    }
-
-    /// Where an agent's `exec` runs: in `owner`'s container when the sandbox is on (or the
-    /// agent is a sandboxed subagent), on the host when `tools.host_exec`, else nowhere.
-    pub(crate) fn exec_place(&self, owner: &str, sandboxed: bool) -> Option<ExecPlace> {
-        if self.config.sandbox.enabled || sandboxed {
-            return self.usable_sandbox().map(|sandbox| ExecPlace::Sandbox {
-                sandbox: sandbox.clone(),
-                owner: owner.to_string(),
-            });
-        }
-        self.config.tools.host_exec.then_some(ExecPlace::Host)
+    /// Who turns run as: the one persona resolver, for user turns and subagents alike.
+    pub fn personas(&self) -> &Personas {
+        &self.personas
     }
 
     /// Remove `owner`'s container, if it has one.
     pub(crate) async fn release_sandbox(&self, owner: &str) {
-        if let Some(sandbox) = &self.sandbox {
+        if let Some(sandbox) = self.personas.sandbox() {
             sandbox.release(owner).await;
         }
     }
 
-    /// True when `model` names a configured provider.
-    pub fn knows_model(&self, model: &ModelRef) -> bool {
-        self.chain.knows(model)
-    }
-
     /// The configured agents (bindings route messages to them).
     pub fn agents(&self) -> &Arc<Agents> {
-        &self.agents
+        self.personas.agents()
     }
 
     /// Scheduling: the scheduler wakes through this handle when a tool adds a job.
@@ -274,68 +250,10 @@ impl Engine {
         &self.schedules
     }
 
-    /// The teams an agent is a member of.
-    pub(crate) fn teams_of(&self, agent: &str) -> Arc<[Arc<crate::teams::Team>]> {
-        self.teams.of(agent)
-    }
-
-    /// The media step's seams: transcription of voice notes.
-    pub fn with_transcriber(mut self, transcriber: crate::media::Transcriber) -> Self {
-        self.transcriber = transcriber;
-        self
-    }
-
-    /// An agent's skill menu.
-    pub(crate) fn skills_of(&self, agent: &str) -> Arc<[Skill]> {
-        self.skills.menu(agent)
-    }
-
-    /// The tools an agent is offered: its allowlist, less what it cannot use (spawning
-    /// without a spawner or below `max_depth`, `delegate` without links, `read_skill` without
-    /// skills, `exec` with nowhere to run).
-    pub(crate) fn tools_for(
-        &self,
-        agent: &AgentProfile,
-        skills: &[Skill],
-        spawning: bool,
-        exec: bool,
-        candidates: impl IntoIterator<Item = String>,
-    ) -> Vec<String> {
-        candidates
-            .into_iter()
-            .filter(|n| agent.allows_tool(n))
-            .filter(|n| {
-                spawning || !matches!(n.as_str(), "sessions_spawn" | "subagents" | "delegate")
-            })
-            .filter(|n| n != "delegate" || !agent.may_delegate.is_empty())
-            .filter(|n| n != "read_skill" || !skills.is_empty())
-            .filter(|n| {
-                !matches!(n.as_str(), "team_tasks" | "team_message")
-                    || !self.teams.of(&agent.id).is_empty()
-            })
-            .filter(|n| exec || n != "exec")
-            .collect()
-    }
-
     /// The user's agent for a session.
     fn user_persona(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> Persona {
-        let spawning = self.config.subagents.max_depth > 0 && spawner.is_some();
-        let exec = self.exec_place(&session.key, false);
-        let agent = self.agents.of_session(&session.key).clone();
-        let skills = self.skills.menu(&agent.id);
-        let names = self.tools.names().into_iter().map(str::to_string);
-        Persona {
-            tools: self.tools_for(&agent, &skills, spawning, exec.is_some(), names),
-            system: agent.system_prompt.clone(),
-            exec,
-            model: self.session_model(session),
-            depth: 0,
-            origin: None,
-            progress: None,
-            spawner: spawner.filter(|_| spawning).cloned(),
-            agent,
-            skills,
-        }
+        self.personas
+            .user(&session.key, self.session_model(session), spawner)
     }
 
     /// The tool specs offered to `persona`, with its agent's own `sessions_spawn` and
@@ -568,7 +486,7 @@ impl Engine {
         persona: Option<&Persona>,
     ) -> ToolContext {
         let agent_id = persona.map_or_else(
-            || self.agents.of_session(&session.key).id.clone(),
+            || self.agents().of_session(&session.key).id.clone(),
             |p| p.agent.id.clone(),
         );
         let spawn = persona.and_then(|persona| {
@@ -618,7 +536,7 @@ impl Engine {
             job: input.job.map(str::to_string),
             schedules: self.schedules.clone(),
             skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
-            teams: self.teams.of(&agent_id),
+            teams: self.personas.teams_of(&agent_id),
             agent_id,
         }
     }
@@ -654,24 +572,21 @@ impl Engine {
             Some(name) => {
                 ModelRef::parse(name).expect("models are validated at config load and on /model")
             }
-            None => self.agents.of_session(&session.key).model.clone(),
+            None => self.agents().of_session(&session.key).model.clone(),
         }
     }
 
     /// Run the chain while forwarding deltas to the channel, in order, from this task.
     async fn complete_streaming(
         &self,
-        (model, fallbacks): (&ModelRef, &[ModelRef]),
+        call: calls::ModelCall<'_>,
         request: &ChatRequest,
         input: &TurnInput<'_>,
     ) -> Result<(ChatResponse, ModelRef), ChainError> {
         let route = input.route;
         // A job's turn is not streamed: a heartbeat's silent answer must never show.
         if !self.feedback.live(route) || input.job.is_some() {
-            return self
-                .chain
-                .complete_via(model, fallbacks, request, &|_| {})
-                .await;
+            return self.call_model(call, request, &|_| {}).await;
         }
         // Text not yet shown, taken whole by the forwarder (deltas that arrive while the
         // chat is being updated are shown together): a string and a wake-up per turn, where
@@ -700,10 +615,7 @@ impl Engine {
             }
         };
         let complete = async {
-            let result = self
-                .chain
-                .complete_via(model, fallbacks, request, &sink)
-                .await;
+            let result = self.call_model(call, request, &sink).await;
             done.store(true, std::sync::atomic::Ordering::Release);
             wake.notify_one();
             result

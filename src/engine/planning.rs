@@ -4,9 +4,11 @@
 //! carried out: in `tracker` mode by the normal tool loop with the Active Plan in every
 //! system prompt, in `steps` mode one bounded loop per step (`steps.rs`).
 
+use super::calls::ModelCall;
 use super::turn::entry_for;
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput};
 use crate::plan::{self, PlanMode, PlanTracker};
+use crate::policy::CallKind;
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::storage::SessionRow;
 use std::sync::Arc;
@@ -82,7 +84,6 @@ impl Engine {
             .filter(|t| persona.tools.iter().any(|n| **n == *t.name))
             .collect();
         let cx = self.tool_context(input, session, None, Some(persona));
-        let model = persona.model.clone();
         let system = self.system_prompt(persona, Some(PLANNING_PROMPT));
         let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
         let mut answer = None;
@@ -95,7 +96,7 @@ impl Engine {
             };
             let result = tokio::select! {
                 _ = stop.cancelled() => return None,
-                result = self.chain.complete_via(&model, &persona.agent.fallbacks, &request, &|_| {}) => result,
+                result = self.call_model(ModelCall::of_turn(CallKind::Planning, input, &session.key, persona), &request, &|_| {}) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,
@@ -117,7 +118,7 @@ impl Engine {
                 response.tool_calls,
             ));
             let results =
-                futures::future::join_all(calls.iter().map(|c| self.tools.call(c, &cx, &tools)))
+                futures::future::join_all(calls.iter().map(|c| self.call_tool(c, &cx, &tools)))
                     .await;
             for (call, result) in calls.iter().zip(results) {
                 messages.push(ChatMessage::tool_result(&call.id, result));

@@ -6,8 +6,10 @@
 //! step. Also what the `plan_and_execute` tool runs (never offered inside a step, so
 //! planning does not recurse).
 
+use super::calls::ModelCall;
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput, turn::entry_for};
 use crate::plan::{Plan, PlanTracker, StepStatus};
+use crate::policy::CallKind;
 use crate::providers::{ChatMessage, ChatRequest, Role, ToolSpec};
 use crate::storage::SessionRow;
 use ferroclaw_channel_core::OutboundKind;
@@ -170,7 +172,7 @@ impl Engine {
             return Ok(outcome);
         };
         outcome.text = self
-            .summarise(session, stop, persona, &plan, &mut outcome)
+            .summarise(input, session, stop, persona, &plan, &mut outcome)
             .await;
         Ok(outcome)
     }
@@ -200,9 +202,8 @@ impl Engine {
                 tools: tools.clone(),
                 affinity: Some(session.key.as_str().into()),
             };
-            let chain = self.chain.complete_via(
-                &persona.model,
-                &persona.agent.fallbacks,
+            let chain = self.call_model(
+                ModelCall::of_turn(CallKind::PlanStep, input, &session.key, persona),
                 &request,
                 &|_| {},
             );
@@ -230,7 +231,7 @@ impl Engine {
             ));
             let results = tokio::select! {
                 _ = stop.cancelled() => return StepRun::Stopped,
-                results = futures::future::join_all(batch.iter().map(|c| self.tools.call(c, &cx, tools))) => results,
+                results = futures::future::join_all(batch.iter().map(|c| self.call_tool(c, &cx, tools))) => results,
             };
             for (call, result) in batch.iter().zip(results) {
                 messages.push(ChatMessage::tool_result(&call.id, result));
@@ -243,6 +244,7 @@ impl Engine {
     /// plan's own summary when the model cannot answer).
     async fn summarise(
         &self,
+        input: &TurnInput<'_>,
         session: &SessionRow,
         stop: &CancellationToken,
         persona: &Persona,
@@ -267,9 +269,11 @@ impl Engine {
             tools: Arc::from([]),
             affinity: Some(session.key.as_str().into()),
         };
-        let chain =
-            self.chain
-                .complete_via(&persona.model, &persona.agent.fallbacks, &request, &|_| {});
+        let chain = self.call_model(
+            ModelCall::of_turn(CallKind::PlanStep, input, &session.key, persona),
+            &request,
+            &|_| {},
+        );
         let answer = tokio::select! {
             _ = stop.cancelled() => None,
             result = chain => result.ok(),

@@ -1,6 +1,7 @@
 //! The ReAct tool loop of one turn: model → tool calls (run concurrently) → results → model,
 //! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
 
+use super::calls::{self, ModelCall};
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput, compact};
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
@@ -64,7 +65,7 @@ impl Engine {
         user.images = input.images.to_vec();
         let mut turn_messages = vec![user];
         let mut history = compact::prepare(self, session, &turn_messages).await?;
-        let model = persona.model.clone();
+        let kind = calls::turn_kind(input, persona);
         let tools = self.offered_tools(persona);
         let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
         let max = self.config.agent.max_iterations;
@@ -85,7 +86,7 @@ impl Engine {
             calls += 1;
             let result = tokio::select! {
                 _ = stop.cancelled() => return Ok(stopped(output)),
-                result = self.complete_streaming((&model, &persona.agent.fallbacks), &request, input) => result,
+                result = self.complete_streaming(ModelCall::of_turn(kind, input, &session.key, persona), &request, input) => result,
             };
             let (response, answered_by) = match result {
                 Ok(ok) => ok,
@@ -101,7 +102,7 @@ impl Engine {
                 Err(err) => {
                     tracing::warn!(error = %err, "turn ended without a model answer");
                     let text = match &err {
-                        ChainError::NoUsableModel(why) => why.clone(),
+                        ChainError::NoUsableModel(why) | ChainError::Refused(why) => why.clone(),
                         other => format!("⚠️ The model could not answer: {other}."),
                     };
                     output.outbound.push((OutboundKind::Error, text));
@@ -141,15 +142,17 @@ impl Engine {
                     // `plan_and_execute` is the engine's own: it plans and runs steps.
                     if call.name == "plan_and_execute" && tools.iter().any(|t| *t.name == *call.name) {
                         // Boxed: every tool call's future would otherwise be sized for it.
-                        let (text, used) = Box::pin(
-                            self.plan_tool(&call.arguments, input, shared, stop, &tracker, persona),
-                        )
-                        .await;
-                        plan_tokens.0.fetch_add(used.0, Ordering::Relaxed);
-                        plan_tokens.1.fetch_add(used.1, Ordering::Relaxed);
-                        text
+                        let planned = Box::pin(async {
+                            let (text, used) = self
+                                .plan_tool(&call.arguments, input, shared, stop, &tracker, persona)
+                                .await;
+                            plan_tokens.0.fetch_add(used.0, Ordering::Relaxed);
+                            plan_tokens.1.fetch_add(used.1, Ordering::Relaxed);
+                            text
+                        });
+                        self.gated_tool(call, &cx, planned).await
                     } else {
-                        self.tools.call(call, &cx, &tools).await
+                        self.call_tool(call, &cx, &tools).await
                     }
                 })) => results,
             };

@@ -44,6 +44,10 @@ pub enum ChainError {
     /// No model in the chain has a usable provider; the text says what to configure.
     #[error("{0}")]
     NoUsableModel(String),
+    /// A policy refused the call before any model was asked (`crate::policy::Gate`); the
+    /// text says why.
+    #[error("{0}")]
+    Refused(String),
     /// A model refused the request in a way no other model would fix.
     #[error("{model} refused the request: {error}")]
     Final { model: String, error: ProviderError },
@@ -301,7 +305,9 @@ impl ModelProvider for FallbackChain {
             Err(ChainError::Final { error, .. } | ChainError::AfterStreaming { error, .. }) => {
                 Err(error)
             }
-            Err(ChainError::NoUsableModel(why)) => Err(ProviderError::InvalidRequest(why)),
+            Err(ChainError::NoUsableModel(why) | ChainError::Refused(why)) => {
+                Err(ProviderError::InvalidRequest(why))
+            }
             Err(ChainError::Exhausted(notes)) => Err(ProviderError::Connect(notes)),
         }
     }

@@ -280,103 +280,19 @@ impl Registry {
                 scope.depth
             )));
         }
-        let engine = &self.engine;
-        // The agent the child runs as: the spawning agent, or one it is linked to.
+        // Who the child runs as: one resolver for user turns and children alike.
         let own = scope.agent.id.as_str();
-        let target = request.agent_id.as_deref().unwrap_or(own);
-        let agent = engine.agents().get(target).cloned().ok_or_else(|| {
-            SpawnError::Refused(format!(
-                "field `agent_id`: there is no agent `{target}` (configured: {})",
-                engine.agents().ids().join(", ")
-            ))
-        })?;
-        let teammate = request
-            .team
-            .as_deref()
-            .is_some_and(|team| engine.teams_of(target).iter().any(|t| t.id == team));
-        if !scope.agent.may_run(target) && !teammate {
-            let links = &scope.agent.may_delegate;
-            return Err(SpawnError::Refused(format!(
-                "field `agent_id`: agent `{own}` may not run `{target}`; it may run {}",
-                if links.is_empty() {
-                    "only itself (no may_delegate links)".to_string()
-                } else {
-                    format!("itself and {}", links.join(", "))
-                }
-            )));
-        }
-        let other_agent = target != own;
-        let model = match &request.model {
-            Some(name) => {
-                let model = ModelRef::parse(name).ok_or_else(|| {
-                    SpawnError::Refused(format!(
-                        "field `model`: `{name}` is not <provider>/<model>"
-                    ))
-                })?;
-                if !engine.knows_model(&model) {
-                    return Err(SpawnError::Refused(format!(
-                        "field `model`: unknown provider `{}`",
-                        model.provider
-                    )));
-                }
-                // The agent's own models, the parent's, or the operator's list: a spawn is
-                // no way round the model an operator chose (or pays for).
-                let allowed = model == agent.model
-                    || model == scope.parent_model
-                    || agent.fallbacks.contains(&model)
-                    || self.config.models.iter().any(|m| *m == model.to_string());
-                if !allowed {
-                    return Err(SpawnError::Refused(format!(
-                        "field `model`: `{name}` is not one agent `{target}` may use (its model, its fallbacks, or subagents.models)"
-                    )));
-                }
-                model
-            }
-            None if other_agent => agent.model.clone(),
-            None => scope.parent_model.clone(),
-        };
-        // Another agent works with its own tools (least privilege: not the caller's).
-        let skills = engine.skills_of(&agent.id);
-        let available: Vec<String> = if other_agent {
-            let all = crate::tools::NAMES.iter().map(|n| n.to_string());
-            engine.tools_for(&agent, &skills, true, true, all)
-        } else {
-            scope.parent_tools.clone()
-        };
-        let mut tools: Vec<String> = match &request.tools {
-            Some(list) => {
-                if let Some(unknown) = list.iter().find(|t| !available.contains(t)) {
-                    return Err(SpawnError::Refused(format!(
-                        "field `tools`: `{unknown}` is not a tool agent `{target}` has"
-                    )));
-                }
-                list.clone()
-            }
-            None => available,
-        };
-        if request.sandbox {
-            if engine.usable_sandbox().is_none() {
-                return Err(SpawnError::Refused(
-                    "field `sandbox`: no sandbox can be had here (no Docker engine or no image)"
-                        .into(),
-                ));
-            }
-            // A sandboxed child gets exec and the file tools even when its parent cannot run
-            // them — but only those the agent's `tools` allowlist grants.
-            for tool in ["exec", "read_file", "write_file", "list_files"] {
-                if agent.allows_tool(tool) && !tools.iter().any(|t| t == tool) {
-                    tools.push(tool.to_string());
-                }
-            }
-        }
-        let depth = scope.depth + 1;
-        tools.retain(|t| {
-            t != "plan"
-                && t != "plan_and_execute"
-                && t != "schedule"
-                && (depth < max_depth
-                    || !matches!(t.as_str(), "sessions_spawn" | "subagents" | "delegate"))
-        });
+        let crate::policy::ChildChoice {
+            agent,
+            model,
+            tools,
+            system,
+            depth,
+        } = self
+            .engine
+            .personas()
+            .child(scope, &request)
+            .map_err(SpawnError::Refused)?;
         let label = request
             .label
             .clone()
@@ -414,13 +330,6 @@ impl Registry {
             "sandbox": request.sandbox});
         self.hook.allow(&event).await.map_err(SpawnError::Refused)?;
 
-        let system = request.system_prompt.clone().unwrap_or_else(|| {
-            if other_agent {
-                agent.system_prompt.clone()
-            } else {
-                scope.parent_system.clone()
-            }
-        });
         let timeout = Duration::from_secs(
             request
                 .timeout_secs

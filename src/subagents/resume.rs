@@ -111,7 +111,7 @@ impl Registry {
             .cloned()
             .ok_or_else(|| format!("{stopped}, and its agent `{}` is gone.", row.agent))?;
         let model = ModelRef::parse(&row.model)
-            .filter(|model| self.engine.knows_model(model))
+            .filter(|model| self.engine.personas().knows_model(model))
             .ok_or_else(|| format!("{stopped}, and its model `{}` is gone.", row.model))?;
         Ok(RunSpec {
             id: row.id.clone(),

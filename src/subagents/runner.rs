@@ -6,7 +6,8 @@
 
 use super::resume::Start;
 use super::{LiveRun, Registry, RunInputs, RunProgress, RunSpec, texts};
-use crate::engine::{Persona, TurnInput};
+use crate::engine::TurnInput;
+use crate::policy::RunPersona;
 use crate::storage::{
     MailKind, NewOutbound, RunFinish, RunFinished, RunRow, RunState, StoreError, TurnCommit,
 };
@@ -178,26 +179,19 @@ async fn execute(
         spec.status_message,
         activity,
     ));
-    // Its own container (a sandboxed run always; any run when the sandbox is on).
-    let exec = engine.exec_place(&key, spec.sandbox);
-    let persona = Persona {
-        agent: spec.agent.clone(),
-        skills: engine.skills_of(&spec.agent.id),
-        system: spec.system.clone(),
-        tools: spec
-            .tools
-            .iter()
-            .filter(|t| exec.is_some() || *t != "exec")
-            .cloned()
-            .collect(),
-        exec,
-        model: spec.model.clone(),
+    let persona = engine.personas().run(RunPersona {
+        agent: &spec.agent,
+        system: &spec.system,
+        tools: &spec.tools,
+        model: &spec.model,
         depth: spec.depth,
-        origin: Some((spec.origin.route.clone(), spec.origin.message.clone())),
-        progress: Some(progress),
+        session_key: &key,
+        sandboxed: spec.sandbox,
+        origin: (spec.origin.route.clone(), spec.origin.message.clone()),
+        progress,
         // Its own children (below subagents.max_depth) are spawned through the same registry.
-        spawner: Some(Arc::new(registry.clone())),
-    };
+        spawner: Arc::new(registry.clone()),
+    });
     // The next step's input (None: between steps; it is in the run's row already), and
     // whether the step is a redo (its recorded side effects are replayed).
     let (mut step, mut pending, mut redo) = match &spec.start {

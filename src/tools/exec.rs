@@ -64,7 +64,7 @@ impl OutputSink for ToObserver {
 
 #[async_trait]
 impl Tool for ExecTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "exec"
     }
     fn description(&self) -> &'static str {

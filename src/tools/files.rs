@@ -58,7 +58,7 @@ pub struct ReadFile;
 
 #[async_trait]
 impl Tool for ReadFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "read_file"
     }
     fn description(&self) -> &'static str {
@@ -98,7 +98,7 @@ pub struct WriteFile;
 
 #[async_trait]
 impl Tool for WriteFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "write_file"
     }
     fn description(&self) -> &'static str {
@@ -136,7 +136,7 @@ pub struct ListFiles;
 
 #[async_trait]
 impl Tool for ListFiles {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "list_files"
     }
     fn description(&self) -> &'static str {

@@ -10,7 +10,7 @@ pub struct MessageTool;
 
 #[async_trait]
 impl Tool for MessageTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "message"
     }
     fn description(&self) -> &'static str {

@@ -94,7 +94,7 @@ impl ToolError {
 
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     fn description(&self) -> &'static str;
     /// JSON schema of the arguments object.
     fn schema(&self) -> Value;
@@ -110,25 +110,41 @@ pub trait Tool: Send + Sync {
     }
 }
 
-/// The name of every built-in tool (what an agent's `tools` allowlist may name).
-pub const NAMES: &[&str] = &[
-    "read_file",
-    "write_file",
-    "list_files",
-    "web_fetch",
-    "message",
-    "plan",
-    "sessions_spawn",
-    "subagents",
-    "exec",
-    "read_skill",
-    "delegate",
-    "plan_and_execute",
-    "team_tasks",
-    "team_message",
-    "schedule",
-    "send_file",
-];
+/// The built-in tools (`exec` always among them; each agent is offered it only where it
+/// can run).
+fn builtin_tools(
+    egress: Arc<crate::egress::Guarded>,
+    exec_max: std::time::Duration,
+) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile),
+        Arc::new(WriteFile),
+        Arc::new(ListFiles),
+        Arc::new(WebFetch::new(egress)),
+        Arc::new(MessageTool),
+        Arc::new(PlanTool),
+        Arc::new(SessionsSpawn),
+        Arc::new(SubagentsTool),
+        Arc::new(ExecTool::new(exec_max)),
+        Arc::new(ReadSkill),
+        Arc::new(Delegate),
+        Arc::new(PlanAndExecute),
+        Arc::new(TeamTasks),
+        Arc::new(TeamMessageTool),
+        Arc::new(ScheduleTool),
+        Arc::new(SendFile),
+    ]
+}
+
+/// The names of the built-in tools, read off the tools themselves (what `config check`
+/// validates an agent's `tools` allowlist against before anything is built).
+pub fn builtin_names() -> Vec<String> {
+    let egress = Arc::new(crate::egress::Guarded::new(false, ""));
+    builtin_tools(egress, std::time::Duration::from_secs(1))
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect()
+}
 
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -160,24 +176,7 @@ impl ToolRegistry {
     /// The built-in tools for this configuration. `exec` is always registered; each agent is
     /// offered it only where it can run.
     pub fn builtin(egress: Arc<crate::egress::Guarded>, exec_max: std::time::Duration) -> Self {
-        Self::new(vec![
-            Arc::new(ReadFile),
-            Arc::new(WriteFile),
-            Arc::new(ListFiles),
-            Arc::new(WebFetch::new(egress)),
-            Arc::new(MessageTool),
-            Arc::new(PlanTool),
-            Arc::new(SessionsSpawn),
-            Arc::new(SubagentsTool),
-            Arc::new(ExecTool::new(exec_max)),
-            Arc::new(ReadSkill),
-            Arc::new(Delegate),
-            Arc::new(PlanAndExecute),
-            Arc::new(TeamTasks),
-            Arc::new(TeamMessageTool),
-            Arc::new(ScheduleTool),
-            Arc::new(SendFile),
-        ])
+        Self::new(builtin_tools(egress, exec_max))
     }
 
     /// The argument validator of tool `index`, compiled on first use.
@@ -211,8 +210,9 @@ impl ToolRegistry {
             .collect()
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
-        self.tools.iter().map(|t| t.name()).collect()
+    /// Every registered tool's name, in registry order.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.name().to_string()).collect()
     }
 
     /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
@@ -224,9 +224,10 @@ impl ToolRegistry {
             .iter()
             .map(|t| t.name())
             .find(|n| *n == call.name)
-            .unwrap_or("unknown");
+            .unwrap_or("unknown")
+            .to_string();
         if !offered.iter().any(|t| *t.name == *call.name) {
-            crate::metrics::tool_call(label, false);
+            crate::metrics::tool_call(&label, false);
             let names: Vec<&str> = offered.iter().map(|t| &*t.name).collect();
             return format!(
                 "Error: tool `{}` is not available here; available: {}",
@@ -235,8 +236,8 @@ impl ToolRegistry {
             );
         }
         let result = self.try_call(call, cx).await;
-        crate::metrics::tool_call(label, result.is_ok());
-        tracing::debug!(tool = label, arguments = %call.arguments, "tool call");
+        crate::metrics::tool_call(&label, result.is_ok());
+        tracing::debug!(tool = %label, arguments = %call.arguments, "tool call");
         match result {
             Ok(text) => text,
             Err(err) => format!("Error: {err}"),
@@ -319,12 +320,16 @@ impl ToolRegistry {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_name_list_is_the_registry() {
+    fn builtin_names_are_the_registrys_and_unique() {
         let registry = super::ToolRegistry::builtin(
             std::sync::Arc::new(crate::egress::Guarded::new(false, "")),
             std::time::Duration::from_secs(1),
         );
-        assert_eq!(registry.names(), super::NAMES);
+        let names = super::builtin_names();
+        assert_eq!(registry.names(), names);
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "a tool name registered twice");
+        assert!(names.iter().any(|n| n == "exec") && names.len() >= 16);
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub struct PlanTool;
 
 #[async_trait]
 impl Tool for PlanTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "plan"
     }
     fn description(&self) -> &'static str {
@@ -96,7 +96,7 @@ pub struct PlanAndExecute;
 
 #[async_trait]
 impl Tool for PlanAndExecute {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "plan_and_execute"
     }
     fn description(&self) -> &'static str {

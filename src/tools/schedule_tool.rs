@@ -38,7 +38,7 @@ pub struct ScheduleTool;
 
 #[async_trait]
 impl Tool for ScheduleTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "schedule"
     }
     fn description(&self) -> &'static str {

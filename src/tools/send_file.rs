@@ -65,7 +65,7 @@ fn spool(
 
 #[async_trait]
 impl Tool for SendFile {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "send_file"
     }
     fn description(&self) -> &'static str {

@@ -9,7 +9,7 @@ pub struct ReadSkill;
 
 #[async_trait]
 impl Tool for ReadSkill {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "read_skill"
     }
     fn description(&self) -> &'static str {

@@ -58,7 +58,7 @@ pub struct SessionsSpawn;
 
 #[async_trait]
 impl Tool for SessionsSpawn {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "sessions_spawn"
     }
     fn description(&self) -> &'static str {
@@ -149,7 +149,7 @@ pub struct Delegate;
 
 #[async_trait]
 impl Tool for Delegate {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "delegate"
     }
     fn description(&self) -> &'static str {
@@ -220,7 +220,7 @@ pub struct SubagentsTool;
 
 #[async_trait]
 impl Tool for SubagentsTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "subagents"
     }
     fn description(&self) -> &'static str {

@@ -82,7 +82,7 @@ pub struct TeamTasks;
 
 #[async_trait]
 impl Tool for TeamTasks {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "team_tasks"
     }
     fn description(&self) -> &'static str {
@@ -395,7 +395,7 @@ pub struct TeamMessageTool;
 
 #[async_trait]
 impl Tool for TeamMessageTool {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "team_message"
     }
     fn description(&self) -> &'static str {

@@ -24,7 +24,7 @@ impl WebFetch {
 
 #[async_trait]
 impl Tool for WebFetch {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "web_fetch"
     }
     fn description(&self) -> &'static str {

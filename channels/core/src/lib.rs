@@ -12,6 +12,7 @@ mod adapter;
 pub mod auth;
 pub mod clock;
 mod command;
+mod deliver;
 mod live_reply;
 mod message;
 mod route;
@@ -22,6 +23,7 @@ pub use adapter::{
     ReceiverContext, Receiving, user_ids,
 };
 pub use command::ChatCommand;
+pub use deliver::{EditError, PieceSender, TextDelivery};
 pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, PreviewLedger, SharedLiveReply};
 pub use message::{
     Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundFile, OutboundKind,

@@ -7,8 +7,8 @@ use crate::errors::{failure, redact};
 use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, LiveReplies, LiveUpdate, OutboundKind,
-    OutboundMessage, PreviewLedger, SentPieces, split,
+    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, EditError, LiveReplies, LiveUpdate,
+    OutboundKind, OutboundMessage, PieceSender, PreviewLedger, TextDelivery, split,
 };
 use serenity::builder::{Builder, CreateInteractionResponseFollowup, CreateMessage, EditMessage};
 use serenity::http::Http;
@@ -28,9 +28,8 @@ pub struct DiscordChannel {
     http: Arc<Http>,
     /// Redacts the token from error texts.
     token: String,
-    edit_interval: Duration,
-    streams: LiveReplies,
-    partial: SentPieces<MessageId>,
+    /// Streamed replies, pieces failed attempts sent, the pace of edits.
+    text: TextDelivery<MessageId>,
     /// DM channel of each user we talk to (a DM session is keyed by the user).
     dms: Mutex<HashMap<u64, ChannelId>>,
     /// Deferred slash commands awaiting their answer: interaction id → token. Kept in memory
@@ -54,9 +53,7 @@ impl DiscordChannel {
         DiscordChannel {
             http,
             token,
-            edit_interval,
-            streams: LiveReplies::new(CHANNEL, previews),
-            partial: SentPieces::default(),
+            text: TextDelivery::new(LiveReplies::new(CHANNEL, previews), edit_interval),
             dms: Mutex::new(HashMap::new()),
             interactions: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
@@ -123,57 +120,6 @@ impl DiscordChannel {
         }
     }
 
-    /// Send the pieces not sent yet (as follow-ups of an interaction, or as messages, the
-    /// first replying to the inbound message in a guild), remembering progress for retries.
-    async fn send_pieces(
-        &self,
-        target: ChannelId,
-        message: &OutboundMessage,
-        pieces: &[String],
-        mut sent: Vec<MessageId>,
-    ) -> Result<Vec<MessageId>, DeliveryError> {
-        let interaction = self.interaction_token(message);
-        for piece in &pieces[sent.len().min(pieces.len())..] {
-            let result = match &interaction {
-                Some(token) => {
-                    CreateInteractionResponseFollowup::new()
-                        .content(piece)
-                        .execute(&self.http, (None, token))
-                        .await
-                }
-                None => {
-                    let mut create = CreateMessage::new().content(piece);
-                    if sent.is_empty()
-                        && message.kind == OutboundKind::Reply
-                        && let Some(reference) = message
-                            .in_reply_to
-                            .as_deref()
-                            .and_then(|r| reference(target, &message.route, r))
-                    {
-                        create = create.reference_message(reference);
-                    }
-                    target.send_message(&self.http, create).await
-                }
-            };
-            match result {
-                Ok(m) => sent.push(m.id),
-                Err(e) => {
-                    self.partial.keep(message.id, sent);
-                    return Err(failure(e, &self.token));
-                }
-            }
-        }
-        if let Some(reply_to) = &message.in_reply_to
-            && interaction.is_some()
-        {
-            self.interactions
-                .lock()
-                .expect("interactions lock")
-                .remove(reply_to);
-        }
-        Ok(sent)
-    }
-
     async fn edit(
         &self,
         target: ChannelId,
@@ -198,6 +144,63 @@ fn reference(target: ChannelId, route: &ChatRoute, in_reply_to: &str) -> Option<
     let mut reference = MessageReference::from((target, MessageId::new(original)));
     reference.fail_if_not_exists = Some(false);
     Some(reference)
+}
+
+/// Discord's text operations, for the shared delivery (`TextDelivery`): a piece is a
+/// follow-up of a deferred slash command, or a message (the first replying to the inbound
+/// message in a guild).
+#[async_trait]
+impl PieceSender for DiscordChannel {
+    type Id = MessageId;
+    type Target = ChannelId;
+
+    fn parse_id(&self, text: &str) -> Result<MessageId, DeliveryError> {
+        Ok(MessageId::new(id(text, "message")?))
+    }
+
+    async fn edit_piece(
+        &self,
+        target: &ChannelId,
+        id: &MessageId,
+        text: &str,
+    ) -> Result<(), EditError> {
+        match self.edit(*target, *id, text).await {
+            Ok(()) => Ok(()),
+            Err(e @ DeliveryError::Rejected(_)) => Err(EditError::Gone(e)),
+            Err(e) => Err(EditError::Failed(e)),
+        }
+    }
+
+    async fn send_piece(
+        &self,
+        target: &ChannelId,
+        message: &OutboundMessage,
+        piece: &str,
+        first: bool,
+    ) -> Result<MessageId, DeliveryError> {
+        let result = match self.interaction_token(message) {
+            Some(token) => {
+                CreateInteractionResponseFollowup::new()
+                    .content(piece)
+                    .execute(&self.http, (None, &token))
+                    .await
+            }
+            None => {
+                let mut create = CreateMessage::new().content(piece);
+                if first
+                    && message.kind == OutboundKind::Reply
+                    && let Some(reference) = message
+                        .in_reply_to
+                        .as_deref()
+                        .and_then(|r| reference(*target, &message.route, r))
+                {
+                    create = create.reference_message(reference);
+                }
+                target.send_message(&self.http, create).await
+            }
+        };
+        result.map(|m| m.id).map_err(|e| failure(e, &self.token))
+    }
 }
 
 #[async_trait]
@@ -233,47 +236,21 @@ impl Channel for DiscordChannel {
             return Ok(Delivered::default());
         }
         let target = self.target(&message.route).await?;
-        // An edit of an earlier message (plan cards, status messages).
-        if let Some(edited) = message.edit_platform_id.as_deref() {
-            let edited = MessageId::new(id(edited, "message")?);
-            self.edit(target, edited, &pieces[0]).await?;
-            return Ok(Delivered {
-                platform_message_id: Some(edited.to_string()),
-            });
-        }
-        let mut sent = self.partial.take(message.id);
-        // A reply that was streamed (here, or by an attempt before a crash): its first piece
-        // replaces the streamed message.
         let stream_key = target.get().to_string();
-        let mut streamed = None;
-        if sent.is_empty()
+        let delivered = self
+            .text
+            .deliver(self, &target, &stream_key, message, &pieces)
+            .await?;
+        // A slash command's answer is complete: its interaction token is no longer needed.
+        if let Some(reply_to) = &message.in_reply_to
             && message.kind == OutboundKind::Reply
-            && let Some(reply_to) = &message.in_reply_to
-            && let Some((shown, edit)) = self
-                .streams
-                .settle_final(&stream_key, reply_to, &pieces[0], self.edit_interval)
-                .await
         {
-            streamed = Some(reply_to);
-            let shown = MessageId::new(id(&shown, "message")?);
-            let kept = !edit
-                || match self.edit(target, shown, &pieces[0]).await {
-                    Ok(()) => true,
-                    // The preview was deleted in the chat: the reply is sent fresh.
-                    Err(DeliveryError::Rejected(_)) => false,
-                    Err(e) => return Err(e),
-                };
-            if kept {
-                sent.push(shown);
-            }
+            self.interactions
+                .lock()
+                .expect("interactions lock")
+                .remove(reply_to);
         }
-        let sent = self.send_pieces(target, message, &pieces, sent).await?;
-        if let Some(reply_to) = streamed {
-            self.streams.finished(&stream_key, reply_to).await;
-        }
-        Ok(Delivered {
-            platform_message_id: sent.first().map(|id| id.to_string()),
-        })
+        Ok(delivered)
     }
 
     async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
@@ -290,8 +267,8 @@ impl Channel for DiscordChannel {
             return;
         };
         let stream_key = target.get().to_string();
-        let mut live = self.streams.lock(&stream_key, in_reply_to).await;
-        let Some(update) = live.push(delta, LIMIT, self.edit_interval) else {
+        let mut live = self.text.streams.lock(&stream_key, in_reply_to).await;
+        let Some(update) = live.push(delta, LIMIT, self.text.edit_interval) else {
             return;
         };
         let result = match &update {
@@ -319,7 +296,8 @@ impl Channel for DiscordChannel {
         };
         match result {
             Ok((text, id)) => {
-                self.streams
+                self.text
+                    .streams
                     .shown(&stream_key, in_reply_to, &mut live, text, id)
                     .await
             }

@@ -5,8 +5,8 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatRoute, Delivered, DeliveryError, FetchError, LiveReplies, LiveUpdate,
-    OutboundFile, OutboundKind, OutboundMessage, PreviewLedger, SentPieces,
+    Channel, ChatRoute, Delivered, DeliveryError, EditError, FetchError, LiveReplies, LiveUpdate,
+    OutboundFile, OutboundMessage, PieceSender, PreviewLedger, TextDelivery,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,9 +21,8 @@ pub struct TelegramChannel {
     bot: Bot,
     /// Redacts the token from error texts (reqwest errors carry the URL).
     token: String,
-    edit_interval: Duration,
-    streams: LiveReplies,
-    partial: SentPieces<MessageId>,
+    /// Streamed replies, pieces failed attempts sent, the pace of edits.
+    text: TextDelivery<MessageId>,
     pub(crate) ready: AtomicBool,
 }
 
@@ -51,9 +50,10 @@ impl TelegramChannel {
         TelegramChannel {
             bot,
             token,
-            edit_interval,
-            streams: LiveReplies::new(crate::translate::CHANNEL, previews),
-            partial: SentPieces::default(),
+            text: TextDelivery::new(
+                LiveReplies::new(crate::translate::CHANNEL, previews),
+                edit_interval,
+            ),
             ready: AtomicBool::new(false),
         }
     }
@@ -85,7 +85,7 @@ impl TelegramChannel {
     }
 
     /// Send one piece as HTML; if Telegram rejects the markup, send the same text plain.
-    async fn send_piece(
+    async fn send_html(
         &self,
         route: &ChatRoute,
         markdown: &str,
@@ -113,7 +113,7 @@ impl TelegramChannel {
     }
 
     /// Replace a message's text with one piece, HTML first, then plain. Unchanged is fine.
-    async fn edit_piece(
+    async fn edit_html(
         &self,
         chat: ChatId,
         id: MessageId,
@@ -133,25 +133,6 @@ impl TelegramChannel {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Send pieces `from..` of a message, remembering progress for retries.
-    async fn send_pieces(
-        &self,
-        message: &OutboundMessage,
-        pieces: &[String],
-        mut sent: Vec<MessageId>,
-    ) -> Result<Vec<MessageId>, DeliveryError> {
-        for piece in &pieces[sent.len().min(pieces.len())..] {
-            match self.send_piece(&message.route, piece).await {
-                Ok(id) => sent.push(id),
-                Err(e) => {
-                    self.partial.keep(message.id, sent);
-                    return Err(self.failure(e));
-                }
-            }
-        }
-        Ok(sent)
     }
 
     /// A file, natively: images as photos, OGG audio as a voice note, anything else as a
@@ -198,6 +179,41 @@ impl TelegramChannel {
     }
 }
 
+/// Telegram's text operations, for the shared delivery (`TextDelivery`).
+#[async_trait]
+impl PieceSender for TelegramChannel {
+    type Id = MessageId;
+    type Target = ChatId;
+
+    fn parse_id(&self, id: &str) -> Result<MessageId, DeliveryError> {
+        id.parse::<i32>()
+            .map(MessageId)
+            .map_err(|_| DeliveryError::Rejected(format!("`{id}` is not a Telegram message id")))
+    }
+
+    async fn edit_piece(&self, chat: &ChatId, id: &MessageId, text: &str) -> Result<(), EditError> {
+        match self.edit_html(*chat, *id, text).await {
+            Ok(()) => Ok(()),
+            Err(e @ RequestError::Api(ApiError::MessageToEditNotFound)) => {
+                Err(EditError::Gone(self.failure(e)))
+            }
+            Err(e) => Err(EditError::Failed(self.failure(e))),
+        }
+    }
+
+    async fn send_piece(
+        &self,
+        _chat: &ChatId,
+        message: &OutboundMessage,
+        piece: &str,
+        _first: bool,
+    ) -> Result<MessageId, DeliveryError> {
+        self.send_html(&message.route, piece)
+            .await
+            .map_err(|e| self.failure(e))
+    }
+}
+
 #[async_trait]
 impl Channel for TelegramChannel {
     fn name(&self) -> &str {
@@ -214,62 +230,9 @@ impl Channel for TelegramChannel {
         }
         let chat_id = chat(&message.route)?;
         let pieces = format::split(&message.text, format::LIMIT);
-        if pieces.is_empty() {
-            return Ok(Delivered::default());
-        }
-        // An edit of an earlier message (plan cards, status messages).
-        if let Some(id) = message
-            .edit_platform_id
-            .as_deref()
-            .and_then(|id| id.parse::<i32>().ok())
-        {
-            self.edit_piece(chat_id, MessageId(id), &pieces[0])
-                .await
-                .map_err(|e| self.failure(e))?;
-            return Ok(Delivered {
-                platform_message_id: Some(id.to_string()),
-            });
-        }
-        let mut sent = self.partial.take(message.id);
-        // A reply that was streamed (here, or by an attempt before a crash): its first piece
-        // replaces the streamed message.
-        let mut streamed = None;
-        if sent.is_empty()
-            && message.kind == OutboundKind::Reply
-            && let Some(reply_to) = &message.in_reply_to
-            && let Some((shown, edit)) = self
-                .streams
-                .settle_final(
-                    &message.route.chat_id,
-                    reply_to,
-                    &pieces[0],
-                    self.edit_interval,
-                )
-                .await
-        {
-            streamed = Some(reply_to);
-            if let Ok(shown) = shown.parse::<i32>().map(MessageId) {
-                let kept = !edit
-                    || match self.edit_piece(chat_id, shown, &pieces[0]).await {
-                        Ok(()) => true,
-                        // The preview was deleted in the chat: the reply is sent fresh.
-                        Err(RequestError::Api(ApiError::MessageToEditNotFound)) => false,
-                        Err(e) => return Err(self.failure(e)),
-                    };
-                if kept {
-                    sent.push(shown);
-                }
-            }
-        }
-        let sent = self.send_pieces(message, &pieces, sent).await?;
-        if let Some(reply_to) = streamed {
-            self.streams
-                .finished(&message.route.chat_id, reply_to)
-                .await;
-        }
-        Ok(Delivered {
-            platform_message_id: sent.first().map(|id| id.0.to_string()),
-        })
+        self.text
+            .deliver(self, &chat_id, &message.route.chat_id, message, &pieces)
+            .await
     }
 
     async fn fetch_file(&self, id: &str, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
@@ -298,8 +261,8 @@ impl Channel for TelegramChannel {
 
     async fn stream_delta(&self, route: &ChatRoute, in_reply_to: &str, delta: &str) {
         let Ok(chat_id) = chat(route) else { return };
-        let mut live = self.streams.lock(&route.chat_id, in_reply_to).await;
-        let Some(update) = live.push(delta, format::LIMIT, self.edit_interval) else {
+        let mut live = self.text.streams.lock(&route.chat_id, in_reply_to).await;
+        let Some(update) = live.push(delta, format::LIMIT, self.text.edit_interval) else {
             return;
         };
         let result = match &update {
@@ -326,7 +289,8 @@ impl Channel for TelegramChannel {
         };
         match result {
             Ok((text, id)) => {
-                self.streams
+                self.text
+                    .streams
                     .shown(&route.chat_id, in_reply_to, &mut live, text, id)
                     .await
             }
