@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The default agent: today's `[agent]` section.
-pub const MAIN: &str = "main";
+pub const MAIN: &str = crate::config::MAIN_AGENT;
 
 /// One agent as a turn runs it.
 #[derive(Debug)]

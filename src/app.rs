@@ -5,7 +5,7 @@
 use crate::access::{Access, AccessPolicy};
 use crate::config::{Config, LoadedConfig, ProviderKind};
 use crate::engine::{Engine, EngineParts, LiveFeedback};
-use crate::ingress::Ingress;
+use crate::ingress::{Admission, Ingress};
 use crate::lanes::Lanes;
 use crate::outbox::{DeliveryClaims, DeliveryWorker, OutboxNotifier};
 use crate::providers::{
@@ -26,6 +26,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// What the configuration is checked against: the built-in tools' names, read off the
+/// tools, and the time zones the scheduler can use.
+pub fn known() -> crate::config::Known {
+    crate::config::Known {
+        tools: crate::tools::builtin_names(),
+        time_zone: |name| crate::schedules::zone(name).is_ok(),
+    }
+}
 
 /// Channels by instance name.
 pub type ChannelMap = HashMap<String, Arc<dyn Channel>>;
@@ -86,12 +95,17 @@ impl App {
         channels: Vec<Arc<dyn Channel>>,
         access: Vec<(String, AccessRule)>,
     ) -> anyhow::Result<App> {
-        let config = Arc::new(loaded.config.clone());
+        let store = Self::open_store(&loaded.config).await?;
+        Self::with_store(loaded, store, channels, access)
+    }
+
+    /// Connect to and migrate the store `storage.url` names.
+    pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         let store = storage::connect(&config.storage.url)
             .await
             .context("cannot open the database named by storage.url")?;
         store.migrate().await.context("database migration failed")?;
-        Self::with_store(loaded, store, channels, access)
+        Ok(store)
     }
 
     /// [`App::build`] with an already migrated store.
@@ -199,18 +213,26 @@ impl App {
             owner: owner.clone(),
             ttl: lease,
         });
-        let lanes = Lanes::new(handler.clone(), CancellationToken::new(), leases);
-        let ingress = Arc::new(
-            Ingress::new(
-                store.clone(),
-                lanes.clone(),
-                handler.clone(),
-                access_from(access),
-                agents,
-            )
-            .with_signals(signals),
+        // Built in order: who may talk (and `/stop`), then the lanes that ask it about
+        // entries taken over from another process, then the ingress over both.
+        let admission = Arc::new(Admission::new(
+            store.clone(),
+            handler.clone(),
+            access_from(access),
+            signals.clone(),
+        ));
+        let lanes = Lanes::new(
+            handler.clone(),
+            CancellationToken::new(),
+            leases,
+            admission.clone(),
         );
-        lanes.set_gate(ingress.clone());
+        let ingress = Arc::new(Ingress::new(
+            store.clone(),
+            lanes.clone(),
+            admission,
+            agents,
+        ));
         {
             let (cancel, lanes, notifier, registry) = (
                 workers_cancel.child_token(),

@@ -5,7 +5,7 @@
 
 use crate::access::{Access, Verdict, pairing_text};
 use crate::engine::Command;
-use crate::lanes::Lanes;
+use crate::lanes::{EntryGate, Lanes};
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
 use crate::turns::TurnHandler;
 use async_trait::async_trait;
@@ -15,36 +15,52 @@ use std::sync::Arc;
 pub struct Ingress {
     store: Arc<dyn Store>,
     lanes: Lanes,
-    handler: Arc<TurnHandler>,
-    access: Access,
-    /// Other processes on the same database (PostgreSQL).
-    signals: Option<crate::signals::Signals>,
+    /// Which entries run as turns (the lanes ask the same one about entries they take over).
+    admission: Arc<Admission>,
     /// Bindings: which agent answers a route.
     agents: Arc<crate::agents::Agents>,
+}
+
+/// Whether a journal entry goes to its lane: strangers are refused (or given a pairing
+/// code) and `/stop` is carried out at once, each answered here. Built before the lanes,
+/// which ask it about entries they take over from another process.
+pub struct Admission {
+    store: Arc<dyn Store>,
+    handler: Arc<TurnHandler>,
+    access: Access,
+    /// Other processes on the same database (PostgreSQL): told about `/stop`.
+    signals: Option<crate::signals::Signals>,
+}
+
+impl Admission {
+    pub fn new(
+        store: Arc<dyn Store>,
+        handler: Arc<TurnHandler>,
+        access: Access,
+        signals: Option<crate::signals::Signals>,
+    ) -> Self {
+        Admission {
+            store,
+            handler,
+            access,
+            signals,
+        }
+    }
 }
 
 impl Ingress {
     pub fn new(
         store: Arc<dyn Store>,
         lanes: Lanes,
-        handler: Arc<TurnHandler>,
-        access: Access,
+        admission: Arc<Admission>,
         agents: Arc<crate::agents::Agents>,
     ) -> Self {
         Ingress {
             store,
             lanes,
-            handler,
-            access,
-            signals: None,
+            admission,
             agents,
         }
-    }
-
-    /// Tell other processes on the same database about `/stop` (they may run the turn).
-    pub fn with_signals(mut self, signals: Option<crate::signals::Signals>) -> Self {
-        self.signals = signals;
-        self
     }
 
     /// Dispatch every journal entry not yet answered whose channel is in `channels`.
@@ -63,15 +79,17 @@ impl Ingress {
 
     /// Route a newly journalled entry: refuse strangers, run `/stop` at once, queue the rest.
     async fn dispatch(&self, entry: JournalEntry) -> Result<(), StoreError> {
-        if self.admit(&entry).await? {
+        if self.admission.admit(&entry, &self.lanes).await? {
             self.lanes.submit(entry);
         }
         Ok(())
     }
+}
 
-    /// Whether an entry goes to its lane: strangers are refused (or given a pairing code)
-    /// and `/stop` is carried out at once, each answered here.
-    async fn admit(&self, entry: &JournalEntry) -> Result<bool, StoreError> {
+/// Entries a lane takes over from another process (or a dead one) pass the same gate.
+#[async_trait]
+impl crate::lanes::EntryGate for Admission {
+    async fn admit(&self, entry: &JournalEntry, lanes: &Lanes) -> Result<bool, StoreError> {
         let verdict = if entry.message.internal {
             Verdict::Allow
         } else {
@@ -94,7 +112,7 @@ impl Ingress {
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             self.handler.stop_chain(&entry.session_key);
-            let stopped = self.lanes.stop(&entry.session_key);
+            let stopped = lanes.stop(&entry.session_key);
             let killed = self.handler.kill_subagents(&entry.session_key);
             if let Some(signals) = &self.signals {
                 signals.send(crate::signals::Signal::Stop {
@@ -116,14 +134,6 @@ impl Ingress {
             return Ok(false);
         }
         Ok(true)
-    }
-}
-
-/// Entries a lane takes over from another process (or a dead one) pass the same gate.
-#[async_trait]
-impl crate::lanes::EntryGate for Ingress {
-    async fn admit(&self, entry: &JournalEntry) -> Result<bool, StoreError> {
-        Ingress::admit(self, entry).await
     }
 }
 

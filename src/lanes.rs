@@ -42,8 +42,8 @@ struct Inner {
     leases: Option<Leases>,
     /// Ends the lease sweep (shutdown).
     sweep_stop: CancellationToken,
-    /// Set once by the composition root (the ingress exists after the lanes).
-    gate: std::sync::OnceLock<Arc<dyn EntryGate>>,
+    /// Whether an entry taken over from another process runs (access, `/stop`).
+    gate: Arc<dyn EntryGate>,
 }
 
 /// Decides whether a journal entry runs as a turn (access, `/stop`), answering it when not.
@@ -51,7 +51,11 @@ struct Inner {
 /// process journalled them, or a dead one) go through it first.
 #[async_trait::async_trait]
 pub trait EntryGate: Send + Sync {
-    async fn admit(&self, entry: &JournalEntry) -> Result<bool, crate::storage::StoreError>;
+    async fn admit(
+        &self,
+        entry: &JournalEntry,
+        lanes: &Lanes,
+    ) -> Result<bool, crate::storage::StoreError>;
 }
 
 /// Session leases (PostgreSQL shared by several processes): a lane works its session only
@@ -70,6 +74,7 @@ impl Lanes {
         handler: Arc<TurnHandler>,
         cancel: CancellationToken,
         leases: Option<Leases>,
+        gate: Arc<dyn EntryGate>,
     ) -> Self {
         let lanes = Lanes {
             inner: Arc::new(Inner {
@@ -81,7 +86,7 @@ impl Lanes {
                 active: watch::channel(0).0,
                 leases,
                 sweep_stop: CancellationToken::new(),
-                gate: std::sync::OnceLock::new(),
+                gate,
             }),
         };
         if lanes.inner.leases.is_some() {
@@ -92,11 +97,6 @@ impl Lanes {
                 .spawn(async move { inner.sweep().await });
         }
         lanes
-    }
-
-    /// The gate for entries not dispatched by this process (set once).
-    pub fn set_gate(&self, gate: Arc<dyn EntryGate>) {
-        let _ = self.inner.gate.set(gate);
     }
 
     /// Start a lane for a session with no local entry (leased mode: its work is in the
@@ -314,8 +314,11 @@ impl Inner {
             // may have run before, and it has not passed this process's gate.
             let taken_over = local.is_none();
             let entry = local.unwrap_or(JournalEntry { redo: true, ..next });
-            if taken_over && let Some(gate) = self.gate.get() {
-                match gate.admit(&entry).await {
+            if taken_over {
+                let lanes = Lanes {
+                    inner: self.clone(),
+                };
+                match self.gate.admit(&entry, &lanes).await {
                     Ok(true) => {}
                     Ok(false) => continue, // answered by the gate (refused, paired, /stop)
                     Err(err) => {

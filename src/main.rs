@@ -129,11 +129,7 @@ fn model(command: ModelCommand) -> ExitCode {
 /// Load the config, printing one line per problem and returning exit code 2 when invalid.
 fn load(arg: &ConfigArg) -> Result<LoadedConfig, ExitCode> {
     let (path, explicit) = arg.path();
-    // Tool names are checked against what the service registers, read off the tools.
-    let known = config::Known {
-        tools: ferroclaw::tools::builtin_names(),
-    };
-    config::load(&path, explicit, &known).map_err(|err| {
+    config::load(&path, explicit, &ferroclaw::app::known()).map_err(|err| {
         eprintln!("{err}");
         ExitCode::from(2)
     })

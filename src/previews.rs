@@ -7,28 +7,26 @@
 use crate::storage::Store;
 use async_trait::async_trait;
 use ferroclaw_channel_core::PreviewLedger;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The effect's call key (the adapter's key is the turn key).
 const CALL: &str = "message";
 
-/// Over the service's store, bound once the app has opened it (channels are built before).
-#[derive(Default)]
+/// Over the service's store (opened before the channels are built).
 pub struct StoreLedger {
-    store: OnceLock<Arc<dyn Store>>,
+    store: Arc<dyn Store>,
 }
 
 impl StoreLedger {
-    pub fn bind(&self, store: Arc<dyn Store>) {
-        let _ = self.store.set(store);
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        StoreLedger { store }
     }
 }
 
 #[async_trait]
 impl PreviewLedger for StoreLedger {
     async fn recall(&self, key: &str) -> Option<String> {
-        let store = self.store.get()?;
-        store
+        self.store
             .tool_effect_get(key, CALL)
             .await
             .inspect_err(|e| tracing::warn!(error = %e, "cannot look up a streamed preview"))
@@ -37,10 +35,8 @@ impl PreviewLedger for StoreLedger {
     }
 
     async fn remember(&self, key: &str, message_id: &str) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
-        if let Err(e) = store
+        if let Err(e) = self
+            .store
             .tool_effect_put(key, CALL, message_id, crate::clock::now_ms())
             .await
         {
@@ -49,10 +45,7 @@ impl PreviewLedger for StoreLedger {
     }
 
     async fn forget(&self, key: &str) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
-        if let Err(e) = store.tool_effect_forget(key, CALL).await {
+        if let Err(e) = self.store.tool_effect_forget(key, CALL).await {
             tracing::warn!(error = %e, "cannot drop a streamed preview's record");
         }
     }

@@ -24,8 +24,10 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     // Every enabled channel, built in one loop; the service names no channel kind here.
-    let previews = Arc::new(crate::previews::StoreLedger::default());
-    let built = crate::channels::build_enabled(loaded, previews.clone())?;
+    // The store first: the channels keep their streamed previews' ids in it.
+    let store = App::open_store(config).await?;
+    let previews = Arc::new(crate::previews::StoreLedger::new(store.clone()));
+    let built = crate::channels::build_enabled(loaded, previews)?;
     let channels: Vec<Arc<dyn Channel>> = built
         .iter()
         .flat_map(|b| b.channels.iter().cloned())
@@ -34,8 +36,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .iter()
         .flat_map(|b| b.access.iter().cloned())
         .collect();
-    let app = App::build(loaded, channels, access).await?;
-    previews.bind(app.store.clone());
+    let app = App::with_store(loaded, store, channels, access)?;
 
     let admin = loaded.secrets.admin_token.clone().map(|token| {
         crate::admin::Admin::new(

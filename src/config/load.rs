@@ -79,11 +79,14 @@ pub struct LoadedConfig {
 }
 
 /// What the configuration is checked against that is not its own: the names the built
-/// service registers (the composition root passes them; config knows no tool).
-#[derive(Debug, Clone, Default)]
+/// service registers and the time zones it can use (the composition root passes them,
+/// `app::known`; config knows no tool and no time zone database).
+#[derive(Debug, Clone)]
 pub struct Known {
     /// Every tool an agent's `tools` allowlist may name.
     pub tools: Vec<String>,
+    /// Whether a name is a time zone the scheduler can use.
+    pub time_zone: fn(&str) -> bool,
 }
 
 /// Load the configuration. `explicit` is true when the user named the file with `-c`; a
@@ -313,14 +316,14 @@ fn validate(
             }
         }
     }
-    if crate::schedules::zone(&config.schedules.timezone).is_err() {
+    if !(known.time_zone)(&config.schedules.timezone) {
         problem(
             "schedules.timezone",
             format!("`{}` is not an IANA time zone", config.schedules.timezone),
         );
     }
     for (user, zone) in &config.schedules.user_timezones {
-        if crate::schedules::zone(zone).is_err() {
+        if !(known.time_zone)(zone) {
             problem(
                 &format!("schedules.user_timezones.\"{user}\""),
                 format!("`{zone}` is not an IANA time zone"),
@@ -486,17 +489,17 @@ fn validate(
 }
 
 fn known_agent(config: &Config, id: &str) -> bool {
-    id == crate::agents::MAIN || config.agents.contains_key(id)
+    id == super::MAIN_AGENT || config.agents.contains_key(id)
 }
 
 fn agent_list(config: &Config) -> String {
-    let mut ids = vec![crate::agents::MAIN];
+    let mut ids = vec![super::MAIN_AGENT];
     ids.extend(
         config
             .agents
             .keys()
             .map(String::as_str)
-            .filter(|id| *id != crate::agents::MAIN),
+            .filter(|id| *id != super::MAIN_AGENT),
     );
     format!("agents: {}", ids.join(", "))
 }

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The id of the default agent, the `[agent]` section.
+pub const MAIN_AGENT: &str = "main";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -200,7 +203,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             token_env: "FERROCLAW_API_TOKEN".into(),
-            agents: vec![crate::agents::MAIN.to_string()],
+            agents: vec![MAIN_AGENT.to_string()],
         }
     }
 }

@@ -8,8 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub struct PostgresStore {
-    write: Pool<Postgres>,
-    read: Pool<Postgres>,
+    pub(super) write: Pool<Postgres>,
+    pub(super) read: Pool<Postgres>,
 }
 
 impl PostgresStore {
@@ -30,12 +30,10 @@ impl PostgresStore {
     /// The migrator's own path: its advisory lock keeps two processes starting at the same
     /// time from applying a migration twice. (Not in one transaction: the lock is released
     /// before the commit, so a second process would apply them again.)
-    async fn migrate_schema(&self) -> StoreResult<()> {
+    pub(super) async fn migrate_schema(&self) -> StoreResult<()> {
         sqlx::migrate!("./migrations/postgres")
             .run(&self.write)
             .await?;
         Ok(())
     }
 }
-
-super::shared_sql::impl_store!(PostgresStore, Postgres);

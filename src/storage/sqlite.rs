@@ -7,7 +7,7 @@ use std::time::Duration;
 
 pub struct SqliteStore {
     pub(super) write: Pool<Sqlite>,
-    read: Pool<Sqlite>,
+    pub(super) read: Pool<Sqlite>,
 }
 
 impl SqliteStore {
@@ -41,5 +41,3 @@ impl SqliteStore {
         Ok(SqliteStore { write, read })
     }
 }
-
-super::shared_sql::impl_store!(SqliteStore, Sqlite);

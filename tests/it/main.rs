@@ -31,4 +31,5 @@ mod subagent_inbox;
 mod subagents;
 mod teams;
 mod telegram;
+mod tidy;
 mod webhook;

@@ -52,14 +52,8 @@ impl InProc {
         let full = format!("{config_toml}\n",).replace("%DIR%", &dir.path().display().to_string());
         let path = dir.path().join("config.toml");
         std::fs::write(&path, full).unwrap();
-        let mut loaded = config::load(
-            &path,
-            true,
-            &config::Known {
-                tools: ferroclaw::tools::builtin_names(),
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut loaded =
+            config::load(&path, true, &ferroclaw::app::known()).unwrap_or_else(|e| panic!("{e}"));
         loaded.config.storage.url = format!("sqlite://{}", dir.path().join("t.db").display());
         loaded.config.agent.workspace = dir.path().join("ws").display().to_string();
         let recorder = Arc::new(Recorder::default());
