@@ -15,7 +15,6 @@ use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::spawn::Spawner;
 use crate::storage::{self, Store};
 use crate::subagents::Registry;
-use crate::tools::ToolRegistry;
 use crate::turn_watch::TurnWatch;
 use crate::turns::TurnHandler;
 use anyhow::Context;
@@ -27,12 +26,46 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// What the configuration is checked against: the built-in tools' names, read off the
-/// tools, and the time zones the scheduler can use.
+/// What `serve` and `chat` check the configuration against that is not its own: the time
+/// zones the scheduler can use. Agents' tool allowlists are checked against the tools the
+/// service builds, at start (`App::with_store`).
 pub fn known() -> crate::config::Known {
     crate::config::Known {
-        tools: crate::tools::builtin_names(),
+        tools: None,
         time_zone: |name| crate::schedules::zone(name).is_ok(),
+    }
+}
+
+/// What `config check` checks against: [`known`] and the names of the tools the features
+/// register, read off the tools themselves (built over a throwaway in-memory store; nothing
+/// is contacted).
+pub fn known_for_check() -> crate::config::Known {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let config = Arc::new(Config::default());
+    let names = runtime.block_on(async {
+        let store = storage::connect("sqlite::memory:")
+            .await
+            .expect("an in-memory SQLite database opens");
+        let features = crate::features::build(&crate::features::Services {
+            store,
+            outbox: OutboxNotifier::new([]),
+            egress: Arc::new(crate::egress::Guarded::new(false, "")),
+            sandbox: None,
+            agents: Arc::new(crate::agents::Agents::from_config(&config)),
+            skills: Arc::new(crate::skills::SkillLibrary::default()),
+            teams: Arc::new(crate::teams::Teams::from_config(&config)),
+            schedules: crate::schedules::ScheduleHandle::new(config.schedules.clone()),
+            config: config.clone(),
+        })
+        .expect("the built-in tools have distinct names");
+        features.tools.names()
+    });
+    crate::config::Known {
+        tools: Some(names),
+        ..known()
     }
 }
 
@@ -154,23 +187,55 @@ impl App {
         };
         // One address policy (and one client) for every fetch a message can cause.
         let egress = Arc::new(crate::egress::Guarded::from_config(&config.tools));
-        let tools = Arc::new(ToolRegistry::builtin(
-            egress.clone(),
-            Duration::from_secs(config.sandbox.timeout_secs),
-        ));
         // Connects on first use (or at start when enabled, see `prepare_sandbox`).
         let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
             crate::sandbox::docker::Settings::from_config(&config),
         ));
+        // The registries features and personas share, then every feature (its tools,
+        // commands, status lines), then who turns run as, over the same tools.
+        let agents = Arc::new(crate::agents::Agents::from_config(&config));
+        let skills = Arc::new(crate::skills::SkillLibrary::load(
+            &config.skills.dir,
+            &agents,
+        ));
+        let teams = Arc::new(crate::teams::Teams::from_config(&config));
+        let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
+        let features = crate::features::build(&crate::features::Services {
+            config: config.clone(),
+            store: store.clone(),
+            outbox: notifier.clone(),
+            egress: egress.clone(),
+            sandbox: Some(sandbox.clone()),
+            agents: agents.clone(),
+            skills: skills.clone(),
+            teams: teams.clone(),
+            schedules: schedules.clone(),
+        })
+        .map_err(|e| anyhow::anyhow!("tools: {e}"))?;
+        let problems = crate::features::check_agent_tools(&config, &features.tools);
+        if !problems.is_empty() {
+            return Err(crate::config::ConfigError { problems }.into());
+        }
+        let personas = crate::policy::Personas::new(
+            &config,
+            crate::policy::PersonaParts {
+                agents: agents.clone(),
+                teams,
+                tools: features.tools.clone(),
+                chain: chain.clone(),
+                sandbox: Some(sandbox.clone()),
+            },
+        );
         let engine = Arc::new(Engine::new(EngineParts {
             store: store.clone(),
             chain,
             config: config.clone(),
             feedback: Arc::new(ChannelFeedback(channel_map.clone())),
             outbox: notifier.clone(),
-            tools,
+            tools: features.tools,
             egress,
-            sandbox: Some(sandbox.clone()),
+            personas,
+            components: features.components,
             // No policy is configured yet: every call is allowed (approvals, budgets and
             // egress rules plug in here).
             gate: Arc::new(crate::policy::AllowAll),
@@ -179,8 +244,6 @@ impl App {
                 loaded.secrets.transcription_key.clone(),
             ),
         }));
-        let agents = engine.agents().clone();
-        let schedules = engine.schedules().clone();
         // Built in one pass: the registry runs children on the engine and hands the turns
         // their outcomes start to the lanes through a channel; the lanes' turn handler gives
         // every turn the registry as its spawner.

@@ -75,7 +75,7 @@ fn telegram(
     let cx = ferroclaw_channel_telegram::Context {
         token: token(loaded, ChannelsConfig::TELEGRAM_TOKEN)?,
         public_url: loaded.config.server.public_url.clone(),
-        commands: crate::engine::COMMANDS.to_vec(),
+        commands: crate::features::chat_commands(),
         previews: Some(previews),
     };
     Ok(Some(cfg.build(cx)?))
@@ -91,7 +91,7 @@ fn discord(
     }
     let cx = ferroclaw_channel_discord::Context {
         token: token(loaded, ChannelsConfig::DISCORD_TOKEN)?,
-        commands: crate::engine::COMMANDS.to_vec(),
+        commands: crate::features::chat_commands(),
         previews: Some(previews),
     };
     Ok(Some(cfg.build(cx)?))

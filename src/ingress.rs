@@ -4,7 +4,7 @@
 //! Implements the [`Inbox`] trait the channel adapters call.
 
 use crate::access::{Access, Verdict, pairing_text};
-use crate::engine::Command;
+use crate::commands::Command;
 use crate::lanes::{EntryGate, Lanes};
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
 use crate::turns::TurnHandler;

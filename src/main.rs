@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Config {
             command: ConfigCommand::Check(arg),
-        } => match load(&arg) {
+        } => match load_checked(&arg, &ferroclaw::app::known_for_check()) {
             Ok(loaded) => {
                 print!("{}", config::render_redacted(&loaded));
                 ExitCode::SUCCESS
@@ -128,8 +128,12 @@ fn model(command: ModelCommand) -> ExitCode {
 
 /// Load the config, printing one line per problem and returning exit code 2 when invalid.
 fn load(arg: &ConfigArg) -> Result<LoadedConfig, ExitCode> {
+    load_checked(arg, &ferroclaw::app::known())
+}
+
+fn load_checked(arg: &ConfigArg, known: &config::Known) -> Result<LoadedConfig, ExitCode> {
     let (path, explicit) = arg.path();
-    config::load(&path, explicit, &ferroclaw::app::known()).map_err(|err| {
+    config::load(&path, explicit, known).map_err(|err| {
         eprintln!("{err}");
         ExitCode::from(2)
     })

@@ -78,13 +78,14 @@ pub struct LoadedConfig {
     pub warnings: Vec<String>,
 }
 
-/// What the configuration is checked against that is not its own: the names the built
-/// service registers and the time zones it can use (the composition root passes them,
+/// What the configuration is checked against that is not its own: the names of the tools
+/// the service builds and the time zones it can use (the composition root passes them,
 /// `app::known`; config knows no tool and no time zone database).
 #[derive(Debug, Clone)]
 pub struct Known {
-    /// Every tool an agent's `tools` allowlist may name.
-    pub tools: Vec<String>,
+    /// Every tool an agent's `tools` allowlist may name (None: checked later, against the
+    /// tools the service builds).
+    pub tools: Option<Vec<String>>,
     /// Whether a name is a time zone the scheduler can use.
     pub time_zone: fn(&str) -> bool,
 }
@@ -284,10 +285,12 @@ fn validate(
             );
         }
         for (i, tool) in agent.tools.iter().flatten().enumerate() {
-            if !known.tools.contains(tool) {
+            if let Some(tools) = &known.tools
+                && !tools.contains(tool)
+            {
                 problem(
                     &format!("agents.{id}.tools[{i}]"),
-                    format!("unknown tool `{tool}` (tools: {})", known.tools.join(", ")),
+                    format!("unknown tool `{tool}` (tools: {})", tools.join(", ")),
                 );
             }
         }

@@ -3,6 +3,17 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// How a plan is carried out (`agent.plan_mode`, or `/plan --steps` / `/plan --tracker`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanMode {
+    /// One tool loop with the Active Plan in every system prompt.
+    #[default]
+    Tracker,
+    /// Each step its own bounded loop with a fresh context (`crate::engine` `steps.rs`).
+    Steps,
+}
+
 /// The id of the default agent, the `[agent]` section.
 pub const MAIN_AGENT: &str = "main";
 
@@ -312,7 +323,7 @@ pub struct AgentConfig {
     pub workspace: String,
     pub max_input_chars: usize,
     /// How `/plan` carries out a plan: `tracker` or `steps`.
-    pub plan_mode: crate::plan::PlanMode,
+    pub plan_mode: PlanMode,
     /// `steps` plans: model calls one step may make.
     pub max_step_iterations: u32,
 }
@@ -328,7 +339,7 @@ impl Default for AgentConfig {
             max_context_tokens: 100_000,
             workspace: "./workspace".into(),
             max_input_chars: 32_000,
-            plan_mode: crate::plan::PlanMode::Tracker,
+            plan_mode: PlanMode::Tracker,
             max_step_iterations: 8,
         }
     }

@@ -108,6 +108,14 @@ impl Gate for Refusing {
 
 struct Quiet;
 
+struct NoTeams;
+
+impl crate::policy::Teammates for NoTeams {
+    fn in_team(&self, _agent: &str, _team: &str) -> bool {
+        false
+    }
+}
+
 #[async_trait]
 impl LiveFeedback for Quiet {
     fn live(&self, _route: &ChatRoute) -> bool {
@@ -143,18 +151,31 @@ async fn turn_with(
         Duration::from_secs(5),
     ));
     let egress = Arc::new(crate::egress::Guarded::new(false, ""));
+    let outbox = crate::outbox::OutboxNotifier::new(["cli"]);
+    // The tool the scripted model calls, registered as the composition root would.
+    let tools = Arc::new(crate::tools::ToolRegistry::new(vec![Arc::new(
+        crate::tools::WriteFile,
+    )]));
+    let personas = crate::policy::Personas::new(
+        &config,
+        crate::policy::PersonaParts {
+            agents: Arc::new(crate::agents::Agents::from_config(&config)),
+            teams: Arc::new(NoTeams),
+            tools: tools.clone(),
+            chain: chain.clone(),
+            sandbox: None,
+        },
+    );
     let engine = Engine::new(EngineParts {
         store: store.clone(),
         chain,
         config,
         feedback: Arc::new(Quiet),
-        outbox: crate::outbox::OutboxNotifier::new(["cli"]),
-        tools: Arc::new(crate::tools::ToolRegistry::builtin(
-            egress.clone(),
-            Duration::from_secs(5),
-        )),
+        outbox,
+        tools,
         egress,
-        sandbox: None,
+        personas,
+        components: Vec::new(),
         gate,
         transcriber: Default::default(),
     });

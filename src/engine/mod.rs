@@ -19,19 +19,19 @@ mod planning;
 mod steps;
 mod turn;
 
-pub use commands::{COMMANDS, Command, HELP_TEXT};
 pub use context::workspace_for;
 pub use feedback::LiveFeedback;
 
-use crate::agents::{AgentProfile, Agents};
+use crate::agents::Agents;
+use crate::commands::Command;
+use crate::component::{Component, TurnScope};
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::plan::PlanTracker;
 pub use crate::policy::Persona;
 use crate::policy::{Gate, Personas};
 use crate::providers::{ChainError, ChatRequest, ChatResponse, FallbackChain, ModelRef, ToolSpec};
-use crate::sandbox::Sandbox;
-use crate::spawn::{SpawnHandle, SpawnScope, Spawner};
+use crate::spawn::Spawner;
 use crate::storage::{NewTranscriptEntry, SessionRow, Store, StoreError};
 use crate::tools::{ToolContext, ToolRegistry};
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
@@ -50,9 +50,15 @@ pub struct Engine {
     personas: Personas,
     /// The policy every tool call and model call passes.
     gate: Arc<dyn Gate>,
-    /// Each agent's `sessions_spawn` and `delegate` specs (built once, not per turn).
-    linked_specs: std::collections::HashMap<String, Vec<ToolSpec>>,
-    schedules: crate::schedules::ScheduleHandle,
+    /// The features: their commands, `/status` lines, prompt sections and turn handles.
+    components: Vec<Arc<dyn Component>>,
+    /// Which component answers each feature command.
+    feature_commands: std::collections::HashMap<&'static str, usize>,
+    /// `/help`, built once from the core and the features' commands.
+    help: String,
+    /// Each agent's tool specs where they differ from the registry's (`Tool::spec_for`),
+    /// built once, not per turn.
+    agent_specs: std::collections::HashMap<String, Vec<ToolSpec>>,
     transcriber: crate::media::Transcriber,
     /// Attachment URLs are fetched under the service's one address policy, the one
     /// `web_fetch` uses (`crate::egress`).
@@ -63,34 +69,6 @@ pub struct Engine {
 pub enum TurnError {
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// `agent`'s `sessions_spawn` and `delegate` specs: `agent_id` narrowed to the agents it is
-/// linked to (and absent from `sessions_spawn` without links), so a capability not granted
-/// is never advertised.
-fn linked_specs(tools: &ToolRegistry, agent: &AgentProfile) -> Vec<ToolSpec> {
-    let links = &agent.may_delegate;
-    let mut specs = tools.specs_named(&["sessions_spawn".to_string(), "delegate".to_string()]);
-    for spec in &mut specs {
-        let choices: Vec<&String> = match &*spec.name {
-            "sessions_spawn" => std::iter::once(&agent.id).chain(links).collect(),
-            _ => links.iter().collect(),
-        };
-        let mut parameters = (*spec.parameters).clone();
-        if let Some(properties) = parameters["properties"].as_object_mut() {
-            if &*spec.name == "sessions_spawn" && links.is_empty() {
-                properties.remove("agent_id");
-            } else {
-                properties.insert(
-                    "agent_id".into(),
-                    serde_json::json!({"type": "string", "enum": choices,
-                        "description": "the agent that does the task"}),
-                );
-            }
-        }
-        spec.parameters = Arc::new(parameters);
-    }
-    specs
 }
 
 /// What `/plan <args>` asks for.
@@ -177,8 +155,10 @@ pub struct EngineParts {
     pub tools: Arc<ToolRegistry>,
     /// Attachment URLs are fetched under the service's one address policy.
     pub egress: Arc<crate::egress::Guarded>,
-    /// Containers for `exec` (None: no sandbox can be had).
-    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// Who turns run as (built over the same tool registry).
+    pub personas: Personas,
+    /// The features, in `/status` order (`crate::features`).
+    pub components: Vec<Arc<dyn Component>>,
     /// The policy around every tool call and model call (`policy::AllowAll` for none).
     pub gate: Arc<dyn Gate>,
     /// Transcription of voice notes.
@@ -195,7 +175,8 @@ impl Engine {
             outbox,
             tools,
             egress,
-            sandbox,
+            personas,
+            components,
             gate,
             transcriber,
         } = parts;
@@ -204,13 +185,20 @@ impl Engine {
             .iter()
             .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
             .sum();
-        let personas = Personas::new(&config, tools.names(), chain.clone(), sandbox);
-        let linked_specs = personas
+        let agent_specs = personas
             .agents()
             .all()
-            .map(|agent| (agent.id.clone(), linked_specs(&tools, agent)))
+            .map(|agent| (agent.id.clone(), tools.specs_for(agent)))
             .collect();
-        let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
+        let mut feature_commands = std::collections::HashMap::new();
+        for (i, component) in components.iter().enumerate() {
+            for info in component.commands() {
+                feature_commands.entry(info.command.name).or_insert(i);
+            }
+        }
+        let help = crate::commands::help_text(&crate::commands::registered(
+            components.iter().flat_map(|c| c.commands()),
+        ));
         Engine {
             store,
             chain,
@@ -221,8 +209,10 @@ impl Engine {
             tool_tokens,
             personas,
             gate,
-            linked_specs,
-            schedules,
+            components,
+            feature_commands,
+            help,
+            agent_specs,
             transcriber,
             attachment_fetch: egress,
         }
@@ -245,21 +235,15 @@ impl Engine {
         self.personas.agents()
     }
 
-    /// Scheduling: the scheduler wakes through this handle when a tool adds a job.
-    pub fn schedules(&self) -> &crate::schedules::ScheduleHandle {
-        &self.schedules
-    }
-
     /// The user's agent for a session.
     fn user_persona(&self, session: &SessionRow, spawner: Option<&Arc<dyn Spawner>>) -> Persona {
         self.personas
             .user(&session.key, self.session_model(session), spawner)
     }
 
-    /// The tool specs offered to `persona`, with its agent's own `sessions_spawn` and
-    /// `delegate` (see [`linked_specs`]).
+    /// The tool specs offered to `persona`, each as its agent sees it (`Tool::spec_for`).
     pub(crate) fn offered_tools(&self, persona: &Persona) -> Arc<[ToolSpec]> {
-        let own = self.linked_specs.get(&persona.agent.id);
+        let own = self.agent_specs.get(&persona.agent.id);
         let mut specs = self.tools.specs_named(&persona.tools);
         for spec in &mut specs {
             if let Some(narrowed) = own.and_then(|o| o.iter().find(|n| n.name == spec.name)) {
@@ -269,19 +253,17 @@ impl Engine {
         specs.into()
     }
 
-    /// The system prompt of a call: the persona's, its skill menu, then `extra` (the Active
-    /// Plan, or planning instructions).
+    /// The system prompt of a call: the persona's, the features' sections (a skill menu),
+    /// then `extra` (the Active Plan, or planning instructions).
     pub(crate) fn system_prompt(&self, persona: &Persona, extra: Option<&str>) -> String {
         let mut system = persona.system.clone();
-        for section in [
-            crate::skills::menu_section(&persona.skills).as_deref(),
-            extra,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        let sections = self
+            .components
+            .iter()
+            .filter_map(|c| c.prompt_section(persona));
+        for section in sections.chain(extra.map(str::to_string)) {
             system.push_str("\n\n");
-            system.push_str(section);
+            system.push_str(&section);
         }
         system
     }
@@ -477,67 +459,46 @@ impl Engine {
         )
     }
 
-    /// What tools may know of this turn.
+    /// What tools may know of this turn: its identity, and the handles the features (and
+    /// the session's plan tracker) put in for their tools.
     fn tool_context(
         &self,
         input: &TurnInput<'_>,
         session: &SessionRow,
         plan: Option<Arc<PlanTracker>>,
-        persona: Option<&Persona>,
+        persona: &Persona,
     ) -> ToolContext {
-        let agent_id = persona.map_or_else(
-            || self.agents().of_session(&session.key).id.clone(),
-            |p| p.agent.id.clone(),
-        );
-        let spawn = persona.and_then(|persona| {
-            let spawner = persona.spawner.clone()?;
-            let (origin, origin_message) = persona
-                .origin
-                .clone()
-                .unwrap_or_else(|| (input.route.clone(), Some(input.message_id.to_string())));
-            Some(SpawnHandle {
-                spawner,
-                scope: Arc::new(SpawnScope {
-                    parent_session: session.key.clone(),
-                    origin,
-                    origin_message,
-                    depth: persona.depth,
-                    parent_model: persona.model.clone(),
-                    parent_system: persona.system.clone(),
-                    parent_tools: persona.tools.clone(),
-                    agent: persona.agent.clone(),
-                    spawned_this_turn: Default::default(),
-                }),
-            })
-        });
+        let mut handles = crate::tools::TurnHandles::default();
+        if let Some(tracker) = plan {
+            handles.insert(tracker);
+        }
+        let turn = TurnScope {
+            session_key: &session.key,
+            route: input.route,
+            message_id: input.message_id,
+            persona,
+        };
+        for component in &self.components {
+            component.prepare_turn(&turn, &mut handles);
+        }
         // A subagent's "current chat" is the thread its parent was asked in.
         let (route, in_reply_to) = persona
-            .and_then(|p| p.origin.clone())
+            .origin
+            .clone()
             .unwrap_or_else(|| (input.route.clone(), Some(input.message_id.to_string())));
         ToolContext {
-            spawn,
             session_key: session.key.clone(),
             route,
             in_reply_to,
-            workspace: context::workspace_for(
-                persona.map_or(&self.config.agent.workspace, |p| &p.agent.workspace),
-                &session.key,
-            ),
-            store: self.store.clone(),
-            outbox: self.outbox.clone(),
-            plan,
-            effects: input
-                .effects
-                .map(|(key, redo)| crate::tools::EffectLog::new(key, redo)),
-            time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
-            exec: persona.and_then(|p| p.exec.clone()),
-            progress: persona.and_then(|p| p.progress.clone()),
+            workspace: context::workspace_for(&persona.agent.workspace, &session.key),
+            agent_id: persona.agent.id.clone(),
             sender: input.sender.map(str::to_string),
             job: input.job.map(str::to_string),
-            schedules: self.schedules.clone(),
-            skills: persona.map_or_else(|| Arc::from([]), |p| p.skills.clone()),
-            teams: self.personas.teams_of(&agent_id),
-            agent_id,
+            effects: input
+                .effects
+                .map(|(key, redo)| crate::tools::EffectLog::new(self.store.clone(), key, redo)),
+            time_limit: std::time::Duration::from_secs(self.config.tools.timeout_secs),
+            handles,
         }
     }
 

@@ -83,7 +83,7 @@ impl Engine {
             .into_iter()
             .filter(|t| persona.tools.iter().any(|n| **n == *t.name))
             .collect();
-        let cx = self.tool_context(input, session, None, Some(persona));
+        let cx = self.tool_context(input, session, None, persona);
         let system = self.system_prompt(persona, Some(PLANNING_PROMPT));
         let mut messages = vec![ChatMessage::text(Role::User, task.to_string())];
         let mut answer = None;

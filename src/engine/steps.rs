@@ -192,7 +192,7 @@ impl Engine {
         outcome: &mut StepsOutcome,
     ) -> StepRun {
         let system = self.system_prompt(persona, Some(STEP_PROMPT));
-        let cx = self.tool_context(input, session, None, Some(persona));
+        let cx = self.tool_context(input, session, None, persona);
         let mut messages = vec![ChatMessage::text(Role::User, step_request(plan, i))];
         let calls = self.config.agent.max_step_iterations.max(1);
         for _ in 0..calls {

@@ -67,7 +67,7 @@ impl Engine {
         let mut history = compact::prepare(self, session, &turn_messages).await?;
         let kind = calls::turn_kind(input, persona);
         let tools = self.offered_tools(persona);
-        let cx = self.tool_context(input, session, Some(tracker.clone()), Some(persona));
+        let cx = self.tool_context(input, session, Some(tracker.clone()), persona);
         let max = self.config.agent.max_iterations;
         let mut compacted_after_error = false;
         let affinity: Arc<str> = session.key.as_str().into();

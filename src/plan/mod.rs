@@ -3,8 +3,12 @@
 //! `tracker.rs` keeps a session's plan stored and its card edited; the engine drives the
 //! planning step. This module knows no channel and no provider.
 
+mod component;
+mod tools;
 mod tracker;
 
+pub use component::PlanComponent;
+pub use tools::{PlanAndExecute, PlanTool};
 pub use tracker::PlanTracker;
 
 use serde::{Deserialize, Serialize};
@@ -14,16 +18,8 @@ use serde_json::Value;
 /// long plan costs time, not context).
 pub const MAX_STEPS: usize = 50;
 
-/// How a plan is carried out (`agent.plan_mode`, or `/plan --steps` / `/plan --tracker`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PlanMode {
-    /// One tool loop with the Active Plan in every system prompt.
-    #[default]
-    Tracker,
-    /// Each step its own bounded loop with a fresh context (`crate::engine` `steps.rs`).
-    Steps,
-}
+/// How a plan is carried out (defined with the config that names it).
+pub use crate::config::PlanMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

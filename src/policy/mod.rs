@@ -11,4 +11,4 @@ mod persona;
 pub use gate::{
     AllowAll, CallKind, CallScope, Gate, Gates, ModelCallFacts, ToolCallFacts, Verdict,
 };
-pub use persona::{ChildChoice, Persona, Personas, RunPersona};
+pub use persona::{ChildChoice, Persona, PersonaParts, Personas, RunPersona, Teammates};

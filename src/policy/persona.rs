@@ -1,37 +1,26 @@
 //! Who a turn runs as, resolved in one place for a person's turn and for a subagent alike:
-//! the agent, its prompt, model, the tools it is offered, its skill menu, where its `exec`
-//! runs, and how deep it is.
+//! the agent, its prompt, model, the tools it is offered, where its `exec` runs, and how
+//! deep it is.
 //!
-//! Owns the rules of the offer (an agent's `tools` allowlist, less what it cannot use) and of
-//! a spawn's choices (which agent, which model, which tools a child may have). Knows agents,
-//! skills, teams, the registered tool names and the sandbox; not the tool loop, not storage,
-//! not the subagent registry.
+//! Owns the rules of the offer (an agent's `tools` allowlist, less what each tool says the
+//! persona cannot use: `Tool::offered`) and of a spawn's choices (which agent, which model,
+//! which tools a child may have). Knows agents, the registered tools, the sandbox contract
+//! (`crate::exec`) and team membership (through [`Teammates`]); names no tool and no
+//! feature; not the tool loop, not storage, not the subagent registry.
 
 use crate::agents::{AgentProfile, Agents};
 use crate::config::Config;
+use crate::exec::{Availability, ExecPlace, Sandbox};
 use crate::providers::{FallbackChain, ModelRef};
-use crate::sandbox::{Availability, Sandbox};
-use crate::skills::{Skill, SkillLibrary};
 use crate::spawn::{SpawnRequest, SpawnScope, Spawner, StepObserver};
-use crate::teams::{Team, Teams};
-use crate::tools::ExecPlace;
+use crate::tools::{Offer, ToolRegistry};
 use ferroclaw_channel_core::ChatRoute;
 use std::sync::Arc;
-
-/// Tools that start or manage subagents (offered only where spawning is possible).
-const SPAWNING: [&str; 3] = ["sessions_spawn", "subagents", "delegate"];
-/// Tools a child never has: a plan or a schedule belongs to the person's session.
-const NOT_FOR_CHILDREN: [&str; 3] = ["plan", "plan_and_execute", "schedule"];
-/// What a sandboxed child gets even when its parent cannot run them (within the agent's
-/// allowlist): its container is where they act.
-const SANDBOXED: [&str; 4] = ["exec", "read_file", "write_file", "list_files"];
 
 /// Who the agent is in a turn: the user's agent (depth 0) or a subagent.
 pub struct Persona {
     /// The configured agent it runs as (fallbacks, workspace, links).
     pub agent: Arc<AgentProfile>,
-    /// Its skill menu (listed in the system prompt; `read_skill` reads from it).
-    pub skills: Arc<[Skill]>,
     pub system: String,
     /// Tool names offered.
     pub tools: Vec<String>,
@@ -74,9 +63,10 @@ pub struct RunPersona<'a> {
 /// The one persona resolver (built once in the engine from the config).
 pub struct Personas {
     agents: Arc<Agents>,
-    skills: SkillLibrary,
-    teams: Teams,
-    /// Every registered tool's name, in registry order.
+    teams: Arc<dyn Teammates>,
+    /// Every registered tool (what each one needs decides whether it is offered).
+    tools: Arc<ToolRegistry>,
+    /// Their names, in registry order.
     tool_names: Vec<String>,
     chain: Arc<FallbackChain>,
     /// Containers for `exec` (None: no sandbox can be had).
@@ -88,19 +78,34 @@ pub struct Personas {
     spawn_models: Vec<String>,
 }
 
+/// Whether an agent is a member of a team (a team task's run needs no `may_delegate` link).
+pub trait Teammates: Send + Sync {
+    fn in_team(&self, agent: &str, team: &str) -> bool;
+}
+
+/// What the resolver is built from (the composition root's shared registries).
+pub struct PersonaParts {
+    pub agents: Arc<Agents>,
+    pub teams: Arc<dyn Teammates>,
+    pub tools: Arc<ToolRegistry>,
+    pub chain: Arc<FallbackChain>,
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+}
+
 impl Personas {
-    pub fn new(
-        config: &Config,
-        tool_names: Vec<String>,
-        chain: Arc<FallbackChain>,
-        sandbox: Option<Arc<dyn Sandbox>>,
-    ) -> Self {
-        let agents = Arc::new(Agents::from_config(config));
-        Personas {
-            skills: SkillLibrary::load(&config.skills.dir, &agents),
-            teams: Teams::from_config(config),
+    pub fn new(config: &Config, parts: PersonaParts) -> Self {
+        let PersonaParts {
             agents,
-            tool_names,
+            teams,
+            tools,
+            chain,
+            sandbox,
+        } = parts;
+        Personas {
+            teams,
+            agents,
+            tool_names: tools.names(),
+            tools,
             chain,
             sandbox,
             sandbox_on: config.sandbox.enabled,
@@ -113,16 +118,6 @@ impl Personas {
     /// The configured agents (bindings route messages to them).
     pub fn agents(&self) -> &Arc<Agents> {
         &self.agents
-    }
-
-    /// An agent's skill menu.
-    pub fn skills_of(&self, agent: &str) -> Arc<[Skill]> {
-        self.skills.menu(agent)
-    }
-
-    /// The teams an agent is a member of.
-    pub fn teams_of(&self, agent: &str) -> Arc<[Arc<Team>]> {
-        self.teams.of(agent)
     }
 
     /// True when `model` names a configured provider.
@@ -154,28 +149,21 @@ impl Personas {
         self.host_exec.then_some(ExecPlace::Host)
     }
 
-    /// The tools an agent is offered: its allowlist, less what it cannot use (spawning
-    /// without a spawner or below `max_depth`, `delegate` without links, `read_skill` without
-    /// skills, team tools outside a team, `exec` with nowhere to run).
-    fn offer(
-        &self,
-        agent: &AgentProfile,
-        skills: &[Skill],
-        spawning: bool,
-        exec: bool,
-        candidates: impl IntoIterator<Item = String>,
-    ) -> Vec<String> {
-        candidates
-            .into_iter()
+    /// The tools an agent is offered: its allowlist, less what a tool says it cannot use
+    /// (`Tool::offered`: spawning without a spawner or at `max_depth`, `delegate` without
+    /// links, `read_skill` without skills, team tools outside a team, `exec` with nowhere to
+    /// run).
+    fn offer(&self, agent: &AgentProfile, spawning: bool, exec: bool) -> Vec<String> {
+        let offer = Offer {
+            agent,
+            spawning,
+            exec,
+        };
+        self.tool_names
+            .iter()
             .filter(|n| agent.allows_tool(n))
-            .filter(|n| spawning || !SPAWNING.contains(&n.as_str()))
-            .filter(|n| n != "delegate" || !agent.may_delegate.is_empty())
-            .filter(|n| n != "read_skill" || !skills.is_empty())
-            .filter(|n| {
-                !matches!(n.as_str(), "team_tasks" | "team_message")
-                    || !self.teams.of(&agent.id).is_empty()
-            })
-            .filter(|n| exec || n != "exec")
+            .filter(|n| self.tools.get(n).is_some_and(|t| t.offered(&offer)))
+            .cloned()
             .collect()
     }
 
@@ -190,10 +178,8 @@ impl Personas {
         let spawning = self.max_depth > 0 && spawner.is_some();
         let exec = self.exec_place(session_key, false);
         let agent = self.agents.of_session(session_key).clone();
-        let skills = self.skills.menu(&agent.id);
-        let names = self.tool_names.iter().cloned();
         Persona {
-            tools: self.offer(&agent, &skills, spawning, exec.is_some(), names),
+            tools: self.offer(&agent, spawning, exec.is_some()),
             system: agent.system_prompt.clone(),
             exec,
             model,
@@ -202,7 +188,6 @@ impl Personas {
             progress: None,
             spawner: spawner.filter(|_| spawning).cloned(),
             agent,
-            skills,
         }
     }
 
@@ -222,7 +207,7 @@ impl Personas {
         let teammate = request
             .team
             .as_deref()
-            .is_some_and(|team| self.teams.of(target).iter().any(|t| t.id == team));
+            .is_some_and(|team| self.teams.in_team(target, team));
         if !scope.agent.may_run(target) && !teammate {
             let links = &scope.agent.may_delegate;
             return Err(format!(
@@ -263,8 +248,7 @@ impl Personas {
         };
         // Another agent works with its own tools (least privilege: not the caller's).
         let available: Vec<String> = if other_agent {
-            let skills = self.skills.menu(&agent.id);
-            self.offer(&agent, &skills, true, true, self.tool_names.iter().cloned())
+            self.offer(&agent, true, true)
         } else {
             scope.parent_tools.clone()
         };
@@ -286,16 +270,26 @@ impl Personas {
                         .into(),
                 );
             }
-            for tool in SANDBOXED {
-                if agent.allows_tool(tool) && !tools.iter().any(|t| t == tool) {
-                    tools.push(tool.to_string());
+            // A sandboxed child gets exec and the file tools even when its parent cannot
+            // run them — but only those the agent's `tools` allowlist grants.
+            for tool in self.tool_names.iter() {
+                let in_container = self.tools.get(tool).is_some_and(|t| t.in_container());
+                if in_container && agent.allows_tool(tool) && !tools.contains(tool) {
+                    tools.push(tool.clone());
                 }
             }
         }
         let depth = scope.depth + 1;
+        // What a child may not have (a plan, a schedule), and spawning at `max_depth`.
+        let offer = Offer {
+            agent: &agent,
+            spawning: depth < self.max_depth,
+            exec: true,
+        };
         tools.retain(|t| {
-            !NOT_FOR_CHILDREN.contains(&t.as_str())
-                && (depth < self.max_depth || !SPAWNING.contains(&t.as_str()))
+            self.tools
+                .get(t)
+                .is_some_and(|tool| tool.for_children() && tool.offered(&offer))
         });
         let system = request.system_prompt.clone().unwrap_or_else(|| {
             if other_agent {
@@ -319,7 +313,6 @@ impl Personas {
         let exec = self.exec_place(run.session_key, run.sandboxed);
         Persona {
             agent: run.agent.clone(),
-            skills: self.skills.menu(&run.agent.id),
             system: run.system.to_string(),
             tools: run
                 .tools

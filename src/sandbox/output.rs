@@ -1,7 +1,6 @@
 //! Output captured with a cap per stream; what is beyond it is dropped and reported.
 
-/// Bytes kept of each of stdout and stderr.
-pub const OUTPUT_CAP: usize = 16 * 1024;
+pub use crate::exec::OUTPUT_CAP;
 
 #[derive(Debug, Default)]
 pub struct Capture {

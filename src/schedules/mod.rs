@@ -9,8 +9,12 @@
 //! answered into the origin chat and thread through the outbox like any turn. Knows the
 //! store; not the engine or channels.
 
+mod component;
+mod tool;
 mod worker;
 
+pub use component::{COMMANDS, SchedulesComponent};
+pub use tool::ScheduleTool;
 pub use worker::Scheduler;
 
 use crate::config::SchedulesConfig;

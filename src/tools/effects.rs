@@ -5,7 +5,8 @@
 //! records of a turn are deleted when the turn commits (`TurnCommit::clear_effects`, and
 //! `TurnCommit::run_step` for a subagent's step, which a resumed run redoes the same way).
 
-use crate::storage::Store;
+use crate::storage::EffectStore;
+use std::sync::Arc;
 
 tokio::task_local! {
     /// The side-effecting tool call being run: its identity (`EffectLog::call_id`) and
@@ -26,6 +27,7 @@ use std::sync::Mutex;
 
 /// The record of one turn's side effects.
 pub struct EffectLog {
+    store: Arc<dyn EffectStore>,
     /// `j<journal id>` or `r<run id>:<step>`: the turn being (re)done.
     turn_key: String,
     /// The turn is being redone: look up recorded effects. A first attempt has none, and
@@ -36,11 +38,11 @@ pub struct EffectLog {
 }
 
 impl EffectLog {
-    pub fn new(turn_key: &str, redo: bool) -> Self {
+    pub fn new(store: Arc<dyn EffectStore>, turn_key: &str, redo: bool) -> Self {
         EffectLog {
+            store,
             turn_key: turn_key.to_string(),
             redo,
-
             seen: Mutex::new(HashMap::new()),
         }
     }
@@ -56,11 +58,11 @@ impl EffectLog {
     }
 
     /// The result a previous attempt of this turn got for `call_key`, if it ran.
-    pub(super) async fn recorded(&self, store: &dyn Store, call_key: &str) -> Option<String> {
+    pub(super) async fn recorded(&self, call_key: &str) -> Option<String> {
         if !self.redo {
             return None;
         }
-        match store.tool_effect_get(&self.turn_key, call_key).await {
+        match self.store.tool_effect_get(&self.turn_key, call_key).await {
             Ok(found) => found,
             Err(err) => {
                 tracing::warn!(error = %err, "could not read recorded tool effects");
@@ -75,9 +77,10 @@ impl EffectLog {
         (format!("{}/{call_key}", self.turn_key), self.redo)
     }
 
-    pub(super) async fn record(&self, store: &dyn Store, call_key: &str, result: &str) {
+    pub(super) async fn record(&self, call_key: &str, result: &str) {
         let now = crate::clock::now_ms();
-        if let Err(err) = store
+        if let Err(err) = self
+            .store
             .tool_effect_put(&self.turn_key, call_key, result, now)
             .await
         {

@@ -61,7 +61,10 @@ impl Tool for ReadFile {
     fn name(&self) -> &str {
         "read_file"
     }
-    fn description(&self) -> &'static str {
+    fn in_container(&self) -> bool {
+        true
+    }
+    fn description(&self) -> &str {
         "Read a UTF-8 text file from the session workspace."
     }
     fn schema(&self) -> Value {
@@ -101,7 +104,10 @@ impl Tool for WriteFile {
     fn name(&self) -> &str {
         "write_file"
     }
-    fn description(&self) -> &'static str {
+    fn in_container(&self) -> bool {
+        true
+    }
+    fn description(&self) -> &str {
         "Write (create or replace) a text file in the session workspace."
     }
     fn schema(&self) -> Value {
@@ -139,7 +145,10 @@ impl Tool for ListFiles {
     fn name(&self) -> &str {
         "list_files"
     }
-    fn description(&self) -> &'static str {
+    fn in_container(&self) -> bool {
+        true
+    }
+    fn description(&self) -> &str {
         "List the entries of a folder in the session workspace (default: its root)."
     }
     fn schema(&self) -> Value {

@@ -6,14 +6,26 @@ use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::{Value, json};
 
-pub struct MessageTool;
+pub struct MessageTool {
+    store: std::sync::Arc<dyn crate::storage::Store>,
+    outbox: crate::outbox::OutboxNotifier,
+}
+
+impl MessageTool {
+    pub fn new(
+        store: std::sync::Arc<dyn crate::storage::Store>,
+        outbox: crate::outbox::OutboxNotifier,
+    ) -> Self {
+        MessageTool { store, outbox }
+    }
+}
 
 #[async_trait]
 impl Tool for MessageTool {
     fn name(&self) -> &str {
         "message"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Post an interim message to the user in the current chat (progress, a question) while you keep working."
     }
     fn schema(&self) -> Value {
@@ -34,7 +46,7 @@ impl Tool for MessageTool {
             edit_of: None,
             file: None,
         };
-        crate::outbox::post(&*cx.store, &cx.outbox, &cx.session_key, message)
+        crate::outbox::post(&*self.store, &self.outbox, &cx.session_key, message)
             .await
             .map_err(|e| ToolError(format!("could not post the message: {e}")))?;
         Ok("message posted".into())

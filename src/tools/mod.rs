@@ -1,67 +1,42 @@
 //! Tools given to the model (SPEC section 8): the [`Tool`] interface, the [`ToolRegistry`]
-//! that validates arguments against each tool's JSON schema, and the built-in tools.
+//! that validates arguments against each tool's JSON schema, and the core tools every agent
+//! can have (the workspace files, `web_fetch`, `message`, `send_file`).
 //!
-//! A tool gets a [`ToolContext`] (session, route, workspace folder, a way to post messages)
-//! and returns text for the model. Errors are returned to the model as the tool result; they
-//! never end a turn. Tools do not know channels or the engine's loop.
+//! A tool gets what it needs when it is built (a feature's tools live in the feature's
+//! folder) and, per call, a [`ToolContext`]: the turn's identity plus the handles the turn
+//! put in for it ([`TurnHandles`]). It returns text for the model. Errors are returned to the
+//! model as the tool result; they never end a turn. Tools do not know channels or the
+//! engine's loop, and this module names no feature.
 
 mod effects;
-mod exec;
 mod files;
 mod message;
-mod plan_tool;
-mod schedule_tool;
 mod send_file;
-mod skill_tool;
-mod subagent_tools;
-mod team_tools;
 mod web_fetch;
 
 pub use effects::{EffectLog, current_call};
-pub use exec::{ExecPlace, ExecTool};
 pub use files::{ListFiles, ReadFile, WriteFile, confine};
 pub use message::MessageTool;
-pub use plan_tool::{PlanAndExecute, PlanTool};
-pub use schedule_tool::ScheduleTool;
 pub use send_file::SendFile;
-pub use skill_tool::ReadSkill;
-pub use subagent_tools::{Delegate, SessionsSpawn, SubagentsTool};
-pub use team_tools::{TeamMessageTool, TeamTasks};
 pub use web_fetch::WebFetch;
 
-use crate::outbox::OutboxNotifier;
+use crate::agents::AgentProfile;
 use crate::providers::{ToolCall, ToolSpec};
-use crate::storage::Store;
 use async_trait::async_trait;
 use ferroclaw_channel_core::ChatRoute;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-/// What a running tool may know about its call.
+/// What a running tool may know about its call: the turn's identity, and the handles the
+/// turn's persona and the components put in for their tools.
 pub struct ToolContext {
     pub session_key: String,
+    /// The chat its messages go to (a subagent's: the thread its parent was asked in).
     pub route: ChatRoute,
     pub in_reply_to: Option<String>,
-    /// The session's own folder under `agent.workspace` (created on first use).
+    /// The session's own folder under its agent's workspace (created on first use).
     pub workspace: PathBuf,
-    pub store: Arc<dyn Store>,
-    pub outbox: OutboxNotifier,
-    /// The session's plan tracker (None where plans are not offered).
-    pub plan: Option<Arc<crate::plan::PlanTracker>>,
-    /// Subagents and where this turn's children belong (None where spawning is off).
-    pub spawn: Option<crate::spawn::SpawnHandle>,
-    /// Side effects of this turn already carried out (a user's turn or a subagent's step;
-    /// both are redone after a crash).
-    pub effects: Option<EffectLog>,
-    /// How long one tool call may run (`tools.timeout_secs`) unless the tool says otherwise.
-    pub time_limit: std::time::Duration,
-    /// Where `exec` runs (None: it is not offered).
-    pub exec: Option<ExecPlace>,
-    /// A subagent's live status (hears tool output as it arrives).
-    pub progress: Option<Arc<dyn crate::spawn::StepObserver>>,
-    /// The agent's skill menu (`read_skill` reads from it).
-    pub skills: Arc<[crate::skills::Skill]>,
     /// The agent the turn runs as.
     pub agent_id: String,
     /// Who sent the message answered (None for a subagent's step).
@@ -69,10 +44,37 @@ pub struct ToolContext {
     /// The scheduled job whose turn this is (from the journal's internal flag, never from a
     /// platform message id, which webhook and API clients choose).
     pub job: Option<String>,
-    /// Scheduling limits and the scheduler's wake-up.
-    pub schedules: crate::schedules::ScheduleHandle,
-    /// The teams it is a member of (`team_tasks`, `team_message`).
-    pub teams: Arc<[Arc<crate::teams::Team>]>,
+    /// Side effects of this turn already carried out (a user's turn or a subagent's step;
+    /// both are redone after a crash).
+    pub effects: Option<EffectLog>,
+    /// How long one tool call may run (`tools.timeout_secs`) unless the tool says otherwise.
+    pub time_limit: std::time::Duration,
+    /// Turn-scoped handles by type (the session's plan tracker, the spawn scope, where
+    /// `exec` runs, a subagent's live status): what a tool needs that only the turn knows.
+    pub handles: TurnHandles,
+}
+
+/// Values by type, put in by whoever prepares a turn and read by the tools that need them
+/// (`http::Extensions`: the well-kept type map the HTTP stack uses for the same job).
+#[derive(Default, Clone)]
+pub struct TurnHandles(http::Extensions);
+
+impl TurnHandles {
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
+        self.0.insert(value);
+    }
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get::<T>()
+    }
+}
+
+/// What decides whether a tool is offered to a persona (after its `tools` allowlist).
+pub struct Offer<'a> {
+    pub agent: &'a AgentProfile,
+    /// It may spawn subagents (a spawner is there and `max_depth` allows).
+    pub spawning: bool,
+    /// Its `exec` has somewhere to run.
+    pub exec: bool,
 }
 
 /// A call's arguments as the tool's own type. The registry has checked them against the
@@ -94,8 +96,9 @@ impl ToolError {
 
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// The name the model calls it by (a value: tools found at run time register too).
     fn name(&self) -> &str;
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON schema of the arguments object.
     fn schema(&self) -> Value;
     /// True for tools that only read (offered to planning calls).
@@ -108,42 +111,25 @@ pub trait Tool: Send + Sync {
     fn time_limit(&self, _args: &Value) -> Option<std::time::Duration> {
         None
     }
-}
-
-/// The built-in tools (`exec` always among them; each agent is offered it only where it
-/// can run).
-fn builtin_tools(
-    egress: Arc<crate::egress::Guarded>,
-    exec_max: std::time::Duration,
-) -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(ReadFile),
-        Arc::new(WriteFile),
-        Arc::new(ListFiles),
-        Arc::new(WebFetch::new(egress)),
-        Arc::new(MessageTool),
-        Arc::new(PlanTool),
-        Arc::new(SessionsSpawn),
-        Arc::new(SubagentsTool),
-        Arc::new(ExecTool::new(exec_max)),
-        Arc::new(ReadSkill),
-        Arc::new(Delegate),
-        Arc::new(PlanAndExecute),
-        Arc::new(TeamTasks),
-        Arc::new(TeamMessageTool),
-        Arc::new(ScheduleTool),
-        Arc::new(SendFile),
-    ]
-}
-
-/// The names of the built-in tools, read off the tools themselves (what `config check`
-/// validates an agent's `tools` allowlist against before anything is built).
-pub fn builtin_names() -> Vec<String> {
-    let egress = Arc::new(crate::egress::Guarded::new(false, ""));
-    builtin_tools(egress, std::time::Duration::from_secs(1))
-        .iter()
-        .map(|t| t.name().to_string())
-        .collect()
+    /// Whether it is offered (its agent's allowlist passed): a tool that needs what the
+    /// persona lacks (somewhere to run, a spawner, skills, a team) says no.
+    fn offered(&self, _offer: &Offer<'_>) -> bool {
+        true
+    }
+    /// Whether a subagent may have it (a plan or a schedule belongs to the person's session).
+    fn for_children(&self) -> bool {
+        true
+    }
+    /// Whether it acts in the workspace a sandbox container mounts: a sandboxed child gets it
+    /// (within its agent's allowlist) even where its parent could not use it.
+    fn in_container(&self) -> bool {
+        false
+    }
+    /// Its spec as `agent` sees it, when that differs from `spec` (an argument narrowed to
+    /// what the agent may choose); built once per agent at start.
+    fn spec_for(&self, _agent: &AgentProfile, _spec: &ToolSpec) -> Option<ToolSpec> {
+        None
+    }
 }
 
 pub struct ToolRegistry {
@@ -171,12 +157,6 @@ impl ToolRegistry {
             validators,
             specs,
         }
-    }
-
-    /// The built-in tools for this configuration. `exec` is always registered; each agent is
-    /// offered it only where it can run.
-    pub fn builtin(egress: Arc<crate::egress::Guarded>, exec_max: std::time::Duration) -> Self {
-        Self::new(builtin_tools(egress, exec_max))
     }
 
     /// The argument validator of tool `index`, compiled on first use.
@@ -213,6 +193,31 @@ impl ToolRegistry {
     /// Every registered tool's name, in registry order.
     pub fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.name().to_string()).collect()
+    }
+
+    /// The registered tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name)
+    }
+
+    /// Each tool's spec as `agent` sees it where it differs (see [`Tool::spec_for`]).
+    pub fn specs_for(&self, agent: &AgentProfile) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .zip(&self.specs)
+            .filter_map(|(tool, spec)| tool.spec_for(agent, spec))
+            .collect()
+    }
+
+    /// No two tools share a name (a feature's or a server's tool would shadow another).
+    pub fn check_unique(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for tool in &self.tools {
+            if !seen.insert(tool.name()) {
+                return Err(format!("two tools are named `{}`", tool.name()));
+            }
+        }
+        Ok(())
     }
 
     /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
@@ -281,7 +286,7 @@ impl ToolRegistry {
         let effect = match (&cx.effects, tool.read_only()) {
             (Some(log), false) => {
                 let key = log.call_key(tool.name(), &args);
-                if let Some(result) = log.recorded(&*cx.store, &key).await {
+                if let Some(result) = log.recorded(&key).await {
                     tracing::info!(
                         tool = tool.name(),
                         "tool call already done before a restart; replaying its result"
@@ -311,7 +316,7 @@ impl ToolRegistry {
             ))),
         };
         if let (Some((log, key)), Ok(text)) = (effect, &result) {
-            log.record(&*cx.store, &key, text).await;
+            log.record(&key, text).await;
         }
         result
     }
@@ -319,27 +324,21 @@ impl ToolRegistry {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn builtin_names_are_the_registrys_and_unique() {
-        let registry = super::ToolRegistry::builtin(
-            std::sync::Arc::new(crate::egress::Guarded::new(false, "")),
-            std::time::Duration::from_secs(1),
-        );
-        let names = super::builtin_names();
-        assert_eq!(registry.names(), names);
-        let unique: std::collections::HashSet<_> = names.iter().collect();
-        assert_eq!(unique.len(), names.len(), "a tool name registered twice");
-        assert!(names.iter().any(|n| n == "exec") && names.len() >= 16);
-    }
+    use super::*;
 
     #[test]
-    fn every_tool_schema_compiles_into_a_validator() {
-        let registry = super::ToolRegistry::builtin(
-            std::sync::Arc::new(crate::egress::Guarded::new(false, "")),
-            std::time::Duration::from_secs(1),
-        );
+    fn every_core_tool_schema_compiles_into_a_validator() {
+        let registry = ToolRegistry::new(vec![
+            Arc::new(ReadFile),
+            Arc::new(WriteFile),
+            Arc::new(ListFiles),
+            Arc::new(WebFetch::new(Arc::new(crate::egress::Guarded::new(
+                false, "",
+            )))),
+        ]);
         for index in 0..registry.tools.len() {
             registry.validator(index);
         }
+        assert!(registry.check_unique().is_ok());
     }
 }

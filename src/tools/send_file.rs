@@ -13,7 +13,19 @@ use async_trait::async_trait;
 use ferroclaw_channel_core::{OutboundFile, OutboundKind};
 use serde_json::{Value, json};
 
-pub struct SendFile;
+pub struct SendFile {
+    store: std::sync::Arc<dyn crate::storage::Store>,
+    outbox: crate::outbox::OutboxNotifier,
+}
+
+impl SendFile {
+    pub fn new(
+        store: std::sync::Arc<dyn crate::storage::Store>,
+        outbox: crate::outbox::OutboxNotifier,
+    ) -> Self {
+        SendFile { store, outbox }
+    }
+}
 
 /// The largest file `send_file` sends (Telegram's own limit for a bot's document).
 pub const MAX_SEND_BYTES: u64 = 50 * 1024 * 1024;
@@ -68,7 +80,7 @@ impl Tool for SendFile {
     fn name(&self) -> &str {
         "send_file"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Send a file from your workspace to this chat (an image as a photo, other files as documents), \
          with an optional caption."
     }
@@ -111,7 +123,7 @@ impl Tool for SendFile {
                 mime: mime.clone(),
             }),
         };
-        crate::outbox::post(&*cx.store, &cx.outbox, &cx.session_key, message)
+        crate::outbox::post(&*self.store, &self.outbox, &cx.session_key, message)
             .await
             .map_err(|e| ToolError(format!("the file could not be queued: {e}")))?;
         Ok(format!("sent {name} ({mime}, {size} bytes)"))

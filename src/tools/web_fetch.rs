@@ -27,7 +27,7 @@ impl Tool for WebFetch {
     fn name(&self) -> &str {
         "web_fetch"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Fetch a web page or API response over http(s) with GET; returns the status and up to 512 KB of the body."
     }
     fn schema(&self) -> Value {

@@ -4,20 +4,63 @@
 //! agent (through the turn's spawner), at most once (the claim is a compare-and-set on the
 //! stored status).
 
-use super::{Tool, ToolContext, ToolError};
-use crate::spawn::{SpawnRequest, SpawnScope};
-use crate::storage::{NewTeamTask, TaskComment, TaskOrigin, TeamTask, TeamTaskStatus};
-use crate::teams::{Team, task_json, unblocked};
+use crate::spawn::{SpawnHandle, SpawnRequest, SpawnScope};
+use crate::storage::{NewTeamTask, TaskComment, TaskOrigin, TeamStore, TeamTask, TeamTaskStatus};
+use crate::teams::{Team, Teams, task_json, unblocked};
+use crate::tools::{Offer, Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// What a team tool works with in one call: the turn, the board's store, the calling
+/// agent's teams and the turn's spawner (to start ready tasks).
+struct TeamCx<'a> {
+    turn: &'a ToolContext,
+    store: &'a dyn TeamStore,
+    teams: Arc<[Arc<Team>]>,
+    spawn: Option<&'a SpawnHandle>,
+}
+
+impl<'a> TeamCx<'a> {
+    fn new(tool: &'a TeamTool, turn: &'a ToolContext) -> Self {
+        TeamCx {
+            turn,
+            store: &*tool.store,
+            teams: tool.teams.of(&turn.agent_id),
+            spawn: turn.handles.get::<SpawnHandle>(),
+        }
+    }
+}
+
+impl std::ops::Deref for TeamCx<'_> {
+    type Target = ToolContext;
+    fn deref(&self) -> &ToolContext {
+        self.turn
+    }
+}
+
+/// What both team tools are built with.
+pub struct TeamTool {
+    teams: Arc<Teams>,
+    store: Arc<dyn TeamStore>,
+}
+
+impl TeamTool {
+    pub fn new(teams: Arc<Teams>, store: Arc<dyn TeamStore>) -> Self {
+        TeamTool { teams, store }
+    }
+
+    fn offered_to(&self, offer: &Offer<'_>) -> bool {
+        !self.teams.of(&offer.agent.id).is_empty()
+    }
+}
 
 fn failed(e: impl std::fmt::Display) -> ToolError {
     ToolError(format!("the board could not be read or written: {e}"))
 }
 
 /// The team a call means: the one named, or the agent's only team.
-fn team<'a>(cx: &'a ToolContext, named: Option<&str>) -> Result<&'a Arc<Team>, ToolError> {
+fn team<'a>(cx: &'a TeamCx<'_>, named: Option<&str>) -> Result<&'a Arc<Team>, ToolError> {
     let ids = || {
         cx.teams
             .iter()
@@ -78,14 +121,17 @@ enum TaskArgs {
     },
 }
 
-pub struct TeamTasks;
+pub struct TeamTasks(pub TeamTool);
 
 #[async_trait]
 impl Tool for TeamTasks {
     fn name(&self) -> &str {
         "team_tasks"
     }
-    fn description(&self) -> &'static str {
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        self.0.offered_to(offer)
+    }
+    fn description(&self) -> &str {
         "Your team's task board. create (title, description, assignee = a member, blocked_by = task ids it \
          waits for): an assigned task starts as soon as nothing blocks it; list; claim (task_id); update \
          (task_id, assignee or status open|in_progress); complete (task_id, result); comment (task_id, text)."
@@ -110,9 +156,10 @@ impl Tool for TeamTasks {
         })
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        let cx = &TeamCx::new(&self.0, cx);
         let me = cx.agent_id.as_str();
         let now = crate::clock::now_ms();
-        match super::typed(args)? {
+        match crate::tools::typed(args)? {
             TaskArgs::Create {
                 team: named,
                 title,
@@ -139,7 +186,7 @@ impl Tool for TeamTasks {
                         "field `blocked_by`: there is no task #{id}"
                     )));
                 }
-                let origin = cx.spawn.as_ref().map(|handle| TaskOrigin {
+                let origin = cx.spawn.map(|handle| TaskOrigin {
                     session: handle.scope.parent_session.clone(),
                     route: handle.scope.origin.clone(),
                     message: handle.scope.origin_message.clone(),
@@ -261,7 +308,7 @@ impl Tool for TeamTasks {
 
 /// A team's board, and a copy of its task `id` to change.
 async fn board_with(
-    cx: &ToolContext,
+    cx: &TeamCx<'_>,
     team: &Team,
     id: i64,
 ) -> Result<(Vec<TeamTask>, TeamTask), ToolError> {
@@ -275,7 +322,7 @@ async fn board_with(
 }
 
 async fn save(
-    cx: &ToolContext,
+    cx: &TeamCx<'_>,
     task: &TeamTask,
     expected: TeamTaskStatus,
     now: i64,
@@ -297,8 +344,8 @@ async fn save(
 
 /// Claim and start every assigned, unblocked, open task of `team` as a run of its assignee,
 /// in the chat and thread the task came from. Returns the ids started.
-async fn start_ready(cx: &ToolContext, team: &Team) -> Result<Vec<i64>, ToolError> {
-    let Some(handle) = &cx.spawn else {
+async fn start_ready(cx: &TeamCx<'_>, team: &Team) -> Result<Vec<i64>, ToolError> {
+    let Some(handle) = cx.spawn else {
         return Ok(Vec::new());
     };
     let board = cx.store.team_tasks(&team.id).await.map_err(failed)?;
@@ -391,14 +438,17 @@ enum MessageArgs {
     },
 }
 
-pub struct TeamMessageTool;
+pub struct TeamMessageTool(pub TeamTool);
 
 #[async_trait]
 impl Tool for TeamMessageTool {
     fn name(&self) -> &str {
         "team_message"
     }
-    fn description(&self) -> &'static str {
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        self.0.offered_to(offer)
+    }
+    fn description(&self) -> &str {
         "Your team's inbox: send (to = a member or all, text) or read your unread messages."
     }
     fn schema(&self) -> Value {
@@ -415,9 +465,10 @@ impl Tool for TeamMessageTool {
         })
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        let cx = &TeamCx::new(&self.0, cx);
         let me = cx.agent_id.as_str();
         let now = crate::clock::now_ms();
-        match super::typed(args)? {
+        match crate::tools::typed(args)? {
             MessageArgs::Send {
                 team: named,
                 to,

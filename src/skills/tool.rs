@@ -1,18 +1,28 @@
 //! `read_skill`: the instructions of one skill on the agent's menu (`crate::skills`). Offered
 //! only to agents whose menu is not empty.
 
-use super::{Tool, ToolContext, ToolError};
+use super::SkillLibrary;
+use crate::tools::{Offer, Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
-pub struct ReadSkill;
+pub struct ReadSkill {
+    library: Arc<SkillLibrary>,
+}
+
+impl ReadSkill {
+    pub fn new(library: Arc<SkillLibrary>) -> Self {
+        ReadSkill { library }
+    }
+}
 
 #[async_trait]
 impl Tool for ReadSkill {
     fn name(&self) -> &str {
         "read_skill"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Read the instructions of a skill listed under Skills in your instructions."
     }
     fn schema(&self) -> Value {
@@ -26,10 +36,14 @@ impl Tool for ReadSkill {
     fn read_only(&self) -> bool {
         true
     }
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        !self.library.menu(&offer.agent.id).is_empty()
+    }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let name = args["name"].as_str().unwrap_or_default();
-        let skill = cx.skills.iter().find(|s| s.name == name).ok_or_else(|| {
-            let names: Vec<&str> = cx.skills.iter().map(|s| s.name.as_str()).collect();
+        let skills = self.library.menu(&cx.agent_id);
+        let skill = skills.iter().find(|s| s.name == name).ok_or_else(|| {
+            let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
             ToolError(format!(
                 "no skill `{name}` here; yours: {}",
                 if names.is_empty() {

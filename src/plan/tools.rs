@@ -1,7 +1,9 @@
-//! `plan`: the model creates a plan or records a step's progress (SPEC section 6).
+//! `plan`: the model creates a plan or records a step's progress (SPEC section 6); and
+//! `plan_and_execute`, which the engine's steps runner carries out. The session's
+//! [`PlanTracker`](crate::plan::PlanTracker) comes as a turn handle.
 
-use super::{Tool, ToolContext, ToolError};
 use crate::plan::{self, StepStatus};
+use crate::tools::{Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -28,7 +30,10 @@ impl Tool for PlanTool {
     fn name(&self) -> &str {
         "plan"
     }
-    fn description(&self) -> &'static str {
+    fn for_children(&self) -> bool {
+        false
+    }
+    fn description(&self) -> &str {
         "Create a step-by-step plan (action=create with goal and steps) or record progress on a step \
          (action=update with step number, status and the actual result). The plan is shown to the user."
     }
@@ -53,15 +58,15 @@ impl Tool for PlanTool {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let tracker = cx
-            .plan
-            .as_ref()
+            .handles
+            .get::<std::sync::Arc<plan::PlanTracker>>()
             .ok_or_else(|| ToolError::new("plans are not available in this session"))?;
         let PlanArgs {
             action,
             step,
             status,
             actual,
-        } = super::typed(args.clone())?;
+        } = crate::tools::typed(args.clone())?;
         match action {
             Action::Create => {
                 let (goal, steps) = plan::validate(&args).map_err(ToolError)?;
@@ -99,7 +104,10 @@ impl Tool for PlanAndExecute {
     fn name(&self) -> &str {
         "plan_and_execute"
     }
-    fn description(&self) -> &'static str {
+    fn for_children(&self) -> bool {
+        false
+    }
+    fn description(&self) -> &str {
         "For a large task with several distinct parts: plan it into steps and carry each step out in its \
          own focused loop; returns the combined result. The plan is shown to the user."
     }

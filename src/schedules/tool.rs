@@ -3,9 +3,9 @@
 //! so the model cannot claim a job it did not save. Limits: active jobs per session, jobs a
 //! job's own turn may create, and how many job turns in a row may lead to a new job.
 
-use super::{Tool, ToolContext, ToolError};
 use crate::schedules::{self, first_run, job_json};
 use crate::storage::{Job, JobState, MissedPolicy};
+use crate::tools::{Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -34,14 +34,29 @@ fn failed(e: impl std::fmt::Display) -> ToolError {
     ToolError(format!("the schedule could not be read or written: {e}"))
 }
 
-pub struct ScheduleTool;
+pub struct ScheduleTool {
+    schedules: schedules::ScheduleHandle,
+    store: std::sync::Arc<dyn crate::storage::JobStore>,
+}
+
+impl ScheduleTool {
+    pub fn new(
+        schedules: schedules::ScheduleHandle,
+        store: std::sync::Arc<dyn crate::storage::JobStore>,
+    ) -> Self {
+        ScheduleTool { schedules, store }
+    }
+}
 
 #[async_trait]
 impl Tool for ScheduleTool {
     fn name(&self) -> &str {
         "schedule"
     }
-    fn description(&self) -> &'static str {
+    fn for_children(&self) -> bool {
+        false
+    }
+    fn description(&self) -> &str {
         "Reminders and recurring jobs that post into this chat. create: prompt (what to do or say when it \
          is due) and one of at (\"2026-12-01 09:00\", \"09:00\"), in (\"20 minutes\") or cron (\"0 9 * * 1\"); \
          optional timezone (IANA), heartbeat (a recurring check that stays silent when there is nothing \
@@ -68,18 +83,18 @@ impl Tool for ScheduleTool {
         })
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let limits = &cx.schedules.config;
+        let limits = &self.schedules.config;
         // A job's own turn: the job it runs for (its session owns what it creates).
         let parent = match cx.job.as_deref() {
-            Some(id) => cx.store.job_get(id).await.map_err(failed)?,
+            Some(id) => self.store.job_get(id).await.map_err(failed)?,
             None => None,
         };
         let owner = parent
             .as_ref()
             .map_or(cx.session_key.clone(), |p| p.session_key.clone());
-        match super::typed(args)? {
+        match crate::tools::typed(args)? {
             Args::List => {
-                let jobs = cx.store.jobs_of(&owner).await.map_err(failed)?;
+                let jobs = self.store.jobs_of(&owner).await.map_err(failed)?;
                 let live: Vec<Value> = jobs
                     .iter()
                     .filter(|j| j.state == JobState::Active)
@@ -88,8 +103,8 @@ impl Tool for ScheduleTool {
                 Ok(Value::Array(live).to_string())
             }
             Args::Cancel { id } => {
-                if cx.store.job_cancel(&owner, &id).await.map_err(failed)? {
-                    cx.schedules.wake();
+                if self.store.job_cancel(&owner, &id).await.map_err(failed)? {
+                    self.schedules.wake();
                     Ok(format!("cancelled job {id}"))
                 } else {
                     Err(ToolError(format!(
@@ -108,7 +123,7 @@ impl Tool for ScheduleTool {
                 missed,
             } => {
                 let zone_name = timezone.unwrap_or_else(|| {
-                    cx.schedules
+                    self.schedules
                         .zone_for(&cx.route.channel, cx.sender.as_deref().unwrap_or_default())
                 });
                 let zone = schedules::zone(&zone_name)
@@ -132,7 +147,7 @@ impl Tool for ScheduleTool {
                         )));
                     }
                 }
-                let live = cx.store.jobs_live_count(&owner).await.map_err(failed)?;
+                let live = self.store.jobs_live_count(&owner).await.map_err(failed)?;
                 if live >= i64::from(limits.max_per_session) {
                     return Err(ToolError(format!(
                         "refused: this conversation already has {live} active jobs (schedules.max_per_session); cancel one first"
@@ -140,7 +155,7 @@ impl Tool for ScheduleTool {
                 }
                 let chain = match &parent {
                     Some(parent) => {
-                        let made = cx
+                        let made = self
                             .store
                             .jobs_created_in(cx.in_reply_to.as_deref().unwrap_or_default())
                             .await
@@ -193,8 +208,8 @@ impl Tool for ScheduleTool {
                     created_in: cx.in_reply_to.clone().unwrap_or_default(),
                     created_at: crate::clock::now_ms(),
                 };
-                cx.store.job_insert(&job).await.map_err(failed)?;
-                cx.schedules.wake();
+                self.store.job_insert(&job).await.map_err(failed)?;
+                self.schedules.wake();
                 Ok(job_json(&job).to_string())
             }
         }

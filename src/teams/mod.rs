@@ -4,8 +4,13 @@
 //! subagent like any other, announced in the lead's chat and thread exactly once).
 //!
 //! Owns the membership rule and the board's texts; the board itself is stored
-//! (`storage::TeamStore`), the tools are `crate::tools::team_tools`. Knows the config; not
+//! (`storage::TeamStore`), the tools are `tools.rs`. Knows the config; not
 //! the engine.
+
+mod component;
+mod tools;
+pub use component::{COMMANDS, TeamsComponent};
+pub use tools::{TeamMessageTool, TeamTasks, TeamTool};
 
 use crate::config::Config;
 use crate::storage::{TeamTask, TeamTaskStatus};
@@ -56,6 +61,14 @@ impl Teams {
 
     pub fn all(&self) -> &[Arc<Team>] {
         &self.teams
+    }
+}
+
+impl crate::policy::Teammates for Teams {
+    fn in_team(&self, agent: &str, team: &str) -> bool {
+        self.teams
+            .iter()
+            .any(|t| t.id == team && t.members.iter().any(|m| m == agent))
     }
 }
 

@@ -1,25 +1,15 @@
 //! `exec`: a shell command in the session's sandbox container, or on the host when
-//! `tools.host_exec` allows it. Offered only where one of the two is possible (the engine
-//! decides, per agent, through [`ExecPlace`]).
+//! `tools.host_exec` allows it. Offered only where one of the two is possible: the persona
+//! decides, per agent (`policy::Personas::exec_place`), and the turn hands the tool its
+//! [`ExecPlace`] (and a subagent's live status) as turn handles.
 
-use super::{Tool, ToolContext, ToolError};
-use crate::sandbox::{ExecRequest, OutputSink, Sandbox};
+use crate::exec::{ExecPlace, ExecRequest, OutputSink};
 use crate::spawn::StepObserver;
+use crate::tools::{Offer, Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Where a turn's `exec` runs.
-#[derive(Clone)]
-pub enum ExecPlace {
-    /// In `owner`'s container.
-    Sandbox {
-        sandbox: Arc<dyn Sandbox>,
-        owner: String,
-    },
-    Host,
-}
 
 #[derive(serde::Deserialize)]
 struct ExecArgs {
@@ -67,7 +57,7 @@ impl Tool for ExecTool {
     fn name(&self) -> &str {
         "exec"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Run a shell command (sh -c) in your workspace folder and return its exit code, stdout and stderr \
          (each capped). It is killed when `timeout_secs` (default 60) passes."
     }
@@ -86,15 +76,21 @@ impl Tool for ExecTool {
     fn time_limit(&self, args: &Value) -> Option<Duration> {
         Some(self.timeout(args["timeout_secs"].as_u64()) + REPORT_MARGIN)
     }
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        offer.exec
+    }
+    fn in_container(&self) -> bool {
+        true
+    }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
-        let args: ExecArgs = super::typed(args)?;
+        let args: ExecArgs = crate::tools::typed(args)?;
         let place = cx
-            .exec
-            .as_ref()
+            .handles
+            .get::<ExecPlace>()
             .ok_or_else(|| ToolError::new("exec is not available here"))?;
         let workdir = match &args.workdir {
             Some(dir) => {
-                super::confine(&cx.workspace, dir)?;
+                crate::tools::confine(&cx.workspace, dir)?;
                 Some(dir.trim_end_matches('/').to_string())
             }
             None => None,
@@ -104,7 +100,8 @@ impl Tool for ExecTool {
             workdir,
             timeout: self.timeout(args.timeout_secs),
         };
-        let sink = cx.progress.clone().map(ToObserver);
+        let progress = cx.handles.get::<Arc<dyn StepObserver>>();
+        let sink = progress.cloned().map(ToObserver);
         let sink = sink.as_ref().map(|s| s as &dyn OutputSink);
         let outcome = match place {
             ExecPlace::Sandbox { sandbox, owner } => sandbox
@@ -115,7 +112,7 @@ impl Tool for ExecTool {
                 .await
                 .map_err(ToolError)?,
         };
-        if let Some(progress) = &cx.progress {
+        if let Some(progress) = progress {
             progress.output_end().await;
         }
         Ok(outcome.to_result(request.timeout))

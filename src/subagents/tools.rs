@@ -1,16 +1,46 @@
 //! `sessions_spawn` and `subagents` (SPEC section 7): thin adapters from tool arguments to
 //! the turn's [`Spawner`](crate::spawn::Spawner).
 
-use super::{Tool, ToolContext, ToolError};
+use crate::agents::AgentProfile;
+use crate::providers::ToolSpec;
 use crate::spawn::{SpawnHandle, SpawnRequest};
+use crate::tools::{Offer, Tool, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 fn scope(cx: &ToolContext) -> Result<&SpawnHandle, ToolError> {
-    cx.spawn
-        .as_ref()
+    cx.handles
+        .get::<SpawnHandle>()
         .ok_or_else(|| ToolError::new("subagents are not available here"))
+}
+
+/// `spec` with `agent_id` narrowed to the agents `agent` may run (itself too for a spawn;
+/// absent from `sessions_spawn` without links), so a capability not granted is never
+/// advertised.
+fn narrowed(agent: &AgentProfile, spec: &ToolSpec, itself: bool) -> ToolSpec {
+    let links = &agent.may_delegate;
+    let choices: Vec<&String> = if itself {
+        std::iter::once(&agent.id).chain(links).collect()
+    } else {
+        links.iter().collect()
+    };
+    let mut parameters = (*spec.parameters).clone();
+    if let Some(properties) = parameters["properties"].as_object_mut() {
+        if itself && links.is_empty() {
+            properties.remove("agent_id");
+        } else {
+            properties.insert(
+                "agent_id".into(),
+                json!({"type": "string", "enum": choices,
+                    "description": "the agent that does the task"}),
+            );
+        }
+    }
+    ToolSpec {
+        parameters: std::sync::Arc::new(parameters),
+        ..spec.clone()
+    }
 }
 
 fn to_json(value: &impl serde::Serialize) -> String {
@@ -61,7 +91,13 @@ impl Tool for SessionsSpawn {
     fn name(&self) -> &str {
         "sessions_spawn"
     }
-    fn description(&self) -> &'static str {
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        offer.spawning
+    }
+    fn spec_for(&self, agent: &AgentProfile, spec: &ToolSpec) -> Option<ToolSpec> {
+        Some(narrowed(agent, spec, true))
+    }
+    fn description(&self) -> &str {
         "Start a subagent that works on a task in its own session and returns at once. Its outcome is \
          announced in this chat and reported back to you when it ends. It does not see this conversation: \
          put everything it needs in `task`."
@@ -79,7 +115,7 @@ impl Tool for SessionsSpawn {
                 "sandbox": {"type": "boolean", "description": "run its exec and file tools in its own container"},
                 "timeout_secs": {"type": "integer", "minimum": 1},
                 // Offered (with the linked agents as its values) only to agents with
-                // `may_delegate` links; see `Engine::offered_tools`.
+                // `may_delegate` links; see `narrowed`.
                 "agent_id": {"type": "string", "description": "run the child as this agent (its prompt, model, tools, skills)"}
             },
             "required": ["task"],
@@ -88,7 +124,7 @@ impl Tool for SessionsSpawn {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let scope = scope(cx)?;
-        let args: SpawnArgs = super::typed(args)?;
+        let args: SpawnArgs = crate::tools::typed(args)?;
         let (call, redo) = call_of();
         let request = SpawnRequest {
             task: args.task,
@@ -116,7 +152,7 @@ impl Tool for SessionsSpawn {
 
 /// The asking tool call's identity and whether its turn is redone (`SpawnRequest::call`).
 fn call_of() -> (Option<String>, bool) {
-    match super::current_call() {
+    match crate::tools::current_call() {
         Some((call, redo)) => (Some(call), redo),
         None => (None, false),
     }
@@ -152,7 +188,13 @@ impl Tool for Delegate {
     fn name(&self) -> &str {
         "delegate"
     }
-    fn description(&self) -> &'static str {
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        offer.spawning && !offer.agent.may_delegate.is_empty()
+    }
+    fn spec_for(&self, agent: &AgentProfile, spec: &ToolSpec) -> Option<ToolSpec> {
+        Some(narrowed(agent, spec, false))
+    }
+    fn description(&self) -> &str {
         "Hand a task to another agent you are linked to. With wait (default) you get its result here          (if it takes longer than timeout_secs it goes on detached and is announced when done); without          wait it runs detached like a subagent and its outcome is announced and reported to you. It does          not see this conversation: put everything it needs in `task`."
     }
     fn schema(&self) -> Value {
@@ -181,7 +223,7 @@ impl Tool for Delegate {
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let handle = scope(cx)?;
-        let args: DelegateArgs = super::typed(args)?;
+        let args: DelegateArgs = crate::tools::typed(args)?;
         let failed = |e: crate::spawn::SpawnError| ToolError(e.to_string());
         let (call, redo) = call_of();
         let request = SpawnRequest {
@@ -223,7 +265,10 @@ impl Tool for SubagentsTool {
     fn name(&self) -> &str {
         "subagents"
     }
-    fn description(&self) -> &'static str {
+    fn offered(&self, offer: &Offer<'_>) -> bool {
+        offer.spawning
+    }
+    fn description(&self) -> &str {
         "Manage this session's subagents: list; kill (target = run id, label or all); steer (target, message: \
          interrupt its current step and continue with a new instruction); wait (target, timeout_secs)."
     }
@@ -250,7 +295,7 @@ impl Tool for SubagentsTool {
         let registry = &handle.spawner;
         let session = &handle.scope.parent_session;
         let failed = |e: crate::spawn::SpawnError| ToolError(e.to_string());
-        match super::typed(args)? {
+        match crate::tools::typed(args)? {
             ManageArgs::List => Ok(to_json(&registry.list(session).await.map_err(failed)?)),
             ManageArgs::Kill { target } => {
                 let n = registry.kill(session, &target);

@@ -5,8 +5,13 @@
 //!
 //! Owns finding, parsing and filtering skills per agent. Read once at start (a skill added
 //! later is seen after a restart); the instructions are read from the file when asked for.
-//! A malformed `SKILL.md` is skipped with a warning naming the file, never fatal. Knows the
-//! agents' profiles; not the engine or tools.
+//! A malformed `SKILL.md` is skipped with a warning naming the file, never fatal. The tool
+//! is `tool.rs`. Knows the agents' profiles; not the engine.
+
+mod component;
+mod tool;
+pub use component::SkillsComponent;
+pub use tool::ReadSkill;
 
 use crate::agents::Agents;
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,72 @@
+//! A capability as the engine sees it: what it hands the engine (its tools, its chat
+//! commands, its lines in `/status`, a section of the system prompt) and what it does around
+//! a turn (put handles in for its tools, let go of a session's resources on `/new`).
+//!
+//! A feature lives in its own folder (its tools, its commands, its store trait) and
+//! implements [`Component`]; `crate::features` builds each one once from the config and the
+//! services it needs. The engine holds them as trait objects and names none of them. Knows
+//! the tool and persona types; not the engine, not a channel.
+
+use crate::agents::AgentProfile;
+pub use crate::commands::CommandInfo;
+use crate::policy::Persona;
+use crate::spawn::Spawner;
+use crate::storage::{SessionRow, StoreError};
+use crate::tools::{Tool, TurnHandles};
+use async_trait::async_trait;
+use ferroclaw_channel_core::{ChatRoute, OutboundKind};
+use std::sync::Arc;
+
+/// What a command (or a `/status` line) is answered for.
+pub struct CommandScope<'a> {
+    pub session: &'a SessionRow,
+    /// The session's agent.
+    pub agent: &'a Arc<AgentProfile>,
+    /// Subagents, where this turn may reach them.
+    pub spawner: Option<&'a Arc<dyn Spawner>>,
+}
+
+/// The turn a component prepares handles for.
+pub struct TurnScope<'a> {
+    pub session_key: &'a str,
+    /// The chat of the message answered, and its platform id.
+    pub route: &'a ChatRoute,
+    pub message_id: &'a str,
+    pub persona: &'a Persona,
+}
+
+/// A command's answer.
+pub type Reply = (OutboundKind, String);
+
+#[async_trait]
+pub trait Component: Send + Sync {
+    /// The tools it contributes (registered once at start).
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Vec::new()
+    }
+    /// The chat commands it answers.
+    fn commands(&self) -> &'static [CommandInfo] {
+        &[]
+    }
+    /// Answer `/<name> <args>` (one of [`Component::commands`]).
+    async fn command(
+        &self,
+        _name: &str,
+        _args: &str,
+        _cx: &CommandScope<'_>,
+    ) -> Result<Reply, StoreError> {
+        Ok((OutboundKind::Error, "This command is not available.".into()))
+    }
+    /// Its lines in `/status`.
+    async fn status(&self, _cx: &CommandScope<'_>) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// Put in what its tools need from this turn (turn handles).
+    fn prepare_turn(&self, _turn: &TurnScope<'_>, _handles: &mut TurnHandles) {}
+    /// A section of the system prompt for `persona` (after its own prompt).
+    fn prompt_section(&self, _persona: &Persona) -> Option<String> {
+        None
+    }
+    /// A session started fresh (`/new`): let go of what it held for it.
+    async fn session_reset(&self, _session_key: &str) {}
+}

@@ -1,0 +1,116 @@
+//! The one list of capabilities: each feature's component built from the config and the
+//! services it needs, the core tools every agent can have, and the chat commands platforms
+//! register. Adding a feature is its folder, one line here and its config section; the
+//! engine names none of them.
+
+use crate::agents::Agents;
+use crate::component::{CommandInfo, Component};
+use crate::config::{Config, Problem};
+use crate::outbox::OutboxNotifier;
+use crate::sandbox::Sandbox;
+use crate::schedules::ScheduleHandle;
+use crate::skills::SkillLibrary;
+use crate::storage::Store;
+use crate::teams::Teams;
+use crate::tools::{
+    ListFiles, MessageTool, ReadFile, SendFile, Tool, ToolRegistry, WebFetch, WriteFile,
+};
+use ferroclaw_channel_core::ChatCommand;
+use std::sync::Arc;
+
+/// What the features are built from (the composition root's services and registries).
+pub struct Services {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub outbox: OutboxNotifier,
+    /// The one address policy every fetch a message can cause goes through.
+    pub egress: Arc<crate::egress::Guarded>,
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    pub agents: Arc<Agents>,
+    pub skills: Arc<SkillLibrary>,
+    pub teams: Arc<Teams>,
+    pub schedules: ScheduleHandle,
+}
+
+/// The built features: their components and every tool, core and theirs.
+pub struct Features {
+    pub components: Vec<Arc<dyn Component>>,
+    pub tools: Arc<ToolRegistry>,
+}
+
+/// Build every feature once. Order is the order of their lines in `/status`.
+pub fn build(services: &Services) -> Result<Features, String> {
+    let store = &services.store;
+    let components: Vec<Arc<dyn Component>> = vec![
+        Arc::new(crate::sandbox::SandboxComponent::new(
+            services.sandbox.clone(),
+            &services.config,
+        )),
+        Arc::new(crate::schedules::SchedulesComponent::new(
+            services.schedules.clone(),
+            store.clone(),
+        )),
+        Arc::new(crate::subagents::SubagentsComponent),
+        Arc::new(crate::teams::TeamsComponent::new(
+            services.teams.clone(),
+            store.clone(),
+        )),
+        Arc::new(crate::skills::SkillsComponent::new(services.skills.clone())),
+        Arc::new(crate::plan::PlanComponent),
+    ];
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(ReadFile),
+        Arc::new(WriteFile),
+        Arc::new(ListFiles),
+        Arc::new(WebFetch::new(services.egress.clone())),
+        Arc::new(MessageTool::new(store.clone(), services.outbox.clone())),
+        Arc::new(SendFile::new(store.clone(), services.outbox.clone())),
+    ];
+    for component in &components {
+        tools.extend(component.tools());
+    }
+    let tools = ToolRegistry::new(tools);
+    tools.check_unique()?;
+    Ok(Features {
+        components,
+        tools: Arc::new(tools),
+    })
+}
+
+/// The features' chat commands, in `/help` order (known before anything is built: the
+/// platforms register them when their channels are built).
+pub fn feature_commands() -> impl Iterator<Item = &'static CommandInfo> {
+    [
+        crate::subagents::COMMANDS,
+        crate::teams::COMMANDS,
+        crate::schedules::COMMANDS,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// Every command platforms register: the core ones, the features', `/help`.
+pub fn chat_commands() -> Vec<ChatCommand> {
+    crate::commands::registered(feature_commands())
+        .into_iter()
+        .map(|c| c.command)
+        .collect()
+}
+
+/// Agents' `tools` allowlists checked against the tools the service registered (a name no
+/// tool has is a configuration error naming the key).
+pub fn check_agent_tools(config: &Config, tools: &ToolRegistry) -> Vec<Problem> {
+    let names = tools.names();
+    let mut problems = Vec::new();
+    for (id, agent) in &config.agents {
+        for (i, tool) in agent.tools.iter().flatten().enumerate() {
+            if !names.contains(tool) {
+                problems.push(Problem {
+                    key: format!("agents.{id}.tools[{i}]"),
+                    message: format!("unknown tool `{tool}` (tools: {})", names.join(", ")),
+                });
+            }
+        }
+    }
+    problems
+}
