@@ -293,7 +293,7 @@ impl App {
         let ingress = Arc::new(Ingress::new(
             store.clone(),
             lanes.clone(),
-            admission,
+            admission.clone(),
             agents,
         ));
         {
@@ -314,9 +314,7 @@ impl App {
                     };
                     match signal {
                         crate::signals::Signal::Stop { session } => {
-                            handler.stop_chain(&session);
-                            let stopped = lanes.stop(&session);
-                            let killed = handler.kill_subagents(&session);
+                            let (stopped, killed) = admission.stop_here(&session, &lanes);
                             if stopped || killed > 0 {
                                 tracing::info!(session = %session, killed, "stopped on another process's /stop");
                             }

@@ -33,6 +33,17 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Carry out `/stop` for `session` in this process: end its chain of turns, cancel its
+    /// running turn, kill its subagents. Returns whether a turn was running and how many
+    /// subagents were killed. (A `/stop` another process journalled arrives as a signal and
+    /// is carried out here too.)
+    pub fn stop_here(&self, session: &str, lanes: &Lanes) -> (bool, usize) {
+        self.handler.stop_chain(session);
+        let stopped = lanes.stop(session);
+        let killed = self.handler.kill_subagents(session);
+        (stopped, killed)
+    }
+
     pub fn new(
         store: Arc<dyn Store>,
         handler: Arc<TurnHandler>,
@@ -111,9 +122,7 @@ impl crate::lanes::EntryGate for Admission {
             }
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
-            self.handler.stop_chain(&entry.session_key);
-            let stopped = lanes.stop(&entry.session_key);
-            let killed = self.handler.kill_subagents(&entry.session_key);
+            let (stopped, killed) = self.stop_here(&entry.session_key, lanes);
             if let Some(signals) = &self.signals {
                 signals.send(crate::signals::Signal::Stop {
                     session: entry.session_key.clone(),

@@ -6,18 +6,20 @@
 //! and marks each delivered. Undelivered messages survive restarts. This module knows the
 //! [`Channel`](ferroclaw_channel_core::Channel) trait, never a platform.
 
+mod card;
 mod delivery;
 mod notifier;
 
+pub use card::StatusCard;
 pub use delivery::{DeliveryClaims, DeliveryWorker, PassOutcome};
 pub use notifier::OutboxNotifier;
 
-use crate::storage::{NewOutbound, Store, StoreResult};
+use crate::storage::{NewOutbound, OutboxStore, StoreResult};
 
 /// Queue one bot message outside a turn commit (cards, status messages, interim messages)
 /// and wake its channel's worker. Returns its outbox id.
 pub async fn post(
-    store: &dyn Store,
+    store: &dyn OutboxStore,
     notifier: &OutboxNotifier,
     session_key: &str,
     message: NewOutbound,

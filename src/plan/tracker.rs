@@ -3,8 +3,8 @@
 //! last step finishes. One tracker per turn; updates are serialised.
 
 use super::{Plan, PlanMode, StepStatus};
-use crate::outbox::OutboxNotifier;
-use crate::storage::{NewOutbound, Store, StoreError};
+use crate::outbox::{OutboxNotifier, StatusCard};
+use crate::storage::{Store, StoreError};
 use ferroclaw_channel_core::{ChatRoute, OutboundKind};
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -13,10 +13,9 @@ const PROVISIONAL_CHARS: usize = 400;
 
 pub struct PlanTracker {
     store: Arc<dyn Store>,
-    outbox: OutboxNotifier,
     session_key: String,
-    route: ChatRoute,
-    in_reply_to: Option<String>,
+    /// The plan's card in the request's thread (its id is kept in the plan).
+    card: StatusCard,
     plan: Mutex<Option<Plan>>,
 }
 
@@ -38,11 +37,16 @@ impl PlanTracker {
             }
         });
         PlanTracker {
+            card: StatusCard::new(
+                store.clone(),
+                outbox,
+                session_key,
+                route,
+                in_reply_to,
+                OutboundKind::Plan,
+            ),
             store,
-            outbox,
             session_key: session_key.to_string(),
-            route,
-            in_reply_to,
             plan: Mutex::new(plan),
         }
     }
@@ -84,7 +88,7 @@ impl PlanTracker {
         let snapshot = plan.clone();
         self.persist(&snapshot).await?;
         let summary = snapshot.summary_text();
-        self.post(OutboundKind::Plan, summary.clone(), None).await?;
+        self.card.post_beside(summary.clone()).await?;
         Ok(Some(summary))
     }
 
@@ -99,7 +103,7 @@ impl PlanTracker {
         let mut plan = Plan::new(goal, steps);
         plan.mode = mode;
         let card = plan.card_text();
-        plan.card = Some(self.post(OutboundKind::Plan, card.clone(), None).await?);
+        plan.card = Some(self.card.show(None, card.clone()).await?);
         self.persist(&plan).await?;
         *guard = Some(plan);
         Ok(card)
@@ -135,11 +139,13 @@ impl PlanTracker {
         let snapshot = plan.clone();
         let fail = |e: StoreError| format!("could not save the plan: {e}");
         self.persist(&snapshot).await.map_err(fail)?;
-        self.post(OutboundKind::Plan, card.clone(), snapshot.card)
+        self.card
+            .show(snapshot.card, card.clone())
             .await
             .map_err(fail)?;
         if finished {
-            self.post(OutboundKind::Plan, snapshot.summary_text(), None)
+            self.card
+                .post_beside(snapshot.summary_text())
                 .await
                 .map_err(fail)?;
         }
@@ -172,23 +178,5 @@ impl PlanTracker {
         self.store
             .session_set_plan(&self.session_key, Some(&json))
             .await
-    }
-
-    /// Queue a card, an edit of it (`edit_of`), or a summary, in the request's thread.
-    async fn post(
-        &self,
-        kind: OutboundKind,
-        text: String,
-        edit_of: Option<i64>,
-    ) -> Result<i64, StoreError> {
-        let message = NewOutbound {
-            route: self.route.clone(),
-            kind,
-            text,
-            in_reply_to: self.in_reply_to.clone(),
-            edit_of,
-            file: None,
-        };
-        crate::outbox::post(&*self.store, &self.outbox, &self.session_key, message).await
     }
 }

@@ -8,24 +8,26 @@
 //! child; its end is written in ONE transaction: run outcome + announcement + status edit +
 //! the internal message that starts a parent turn (`Store::run_finish`). It knows no channel.
 
+mod component;
 mod hook;
 mod progress;
 mod resume;
 mod runner;
 mod texts;
+mod tools;
 
+pub use component::{COMMANDS, SubagentsComponent};
 pub use hook::Hook;
 pub use progress::RunProgress;
 pub use resume::MAX_RUN_STARTS;
+pub use tools::{Delegate, SessionsSpawn, SubagentsTool};
 
 use crate::config::SubagentsConfig;
 use crate::engine::Engine;
 use crate::outbox::OutboxNotifier;
 use crate::providers::ModelRef;
 use crate::spawn::{RunReport, RunSummary, SpawnError, SpawnRequest, SpawnScope, Spawned, Spawner};
-use crate::storage::{
-    JournalEntry, MailKind, NewOutbound, RunMode, RunRow, RunState, Store, StoreError,
-};
+use crate::storage::{JournalEntry, MailKind, RunMode, RunRow, RunState, Store, StoreError};
 use async_trait::async_trait;
 use ferroclaw_channel_core::OutboundKind;
 use serde_json::json;
@@ -484,22 +486,26 @@ impl Registry {
         });
     }
 
-    /// Post a status message for a run (a new one, or an edit of `edit_of`).
+    /// A run's status message in the thread it was asked in.
+    pub(crate) fn status_card(&self, origin: &RunOrigin) -> crate::outbox::StatusCard {
+        crate::outbox::StatusCard::new(
+            self.store.clone(),
+            self.outbox.clone(),
+            &origin.parent_session,
+            origin.route.clone(),
+            origin.message.clone(),
+            OutboundKind::Status,
+        )
+    }
+
+    /// Show a run's status: posted (`shown` None) or an edit of it. Returns the card's id.
     pub(crate) async fn post_status(
         &self,
         origin: &RunOrigin,
-        edit_of: Option<i64>,
+        shown: Option<i64>,
         text: String,
     ) -> Result<i64, StoreError> {
-        let message = NewOutbound {
-            route: origin.route.clone(),
-            kind: OutboundKind::Status,
-            text,
-            in_reply_to: origin.message.clone(),
-            edit_of,
-            file: None,
-        };
-        crate::outbox::post(&*self.store, &self.outbox, &origin.parent_session, message).await
+        self.status_card(origin).show(shown, text).await
     }
 
     /// Wake run `run_id` for what was put in its inbox: here when it runs in this process,

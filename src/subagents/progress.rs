@@ -1,19 +1,15 @@
 //! A running child's status message, edited as it works (current tool).
 
-use super::RunOrigin;
 use super::texts;
-use crate::outbox::OutboxNotifier;
+use crate::outbox::StatusCard;
 use crate::spawn::StepObserver;
-use crate::storage::{NewOutbound, Store};
 use async_trait::async_trait;
-use ferroclaw_channel_core::OutboundKind;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct RunProgress {
-    store: Arc<dyn Store>,
-    outbox: OutboxNotifier,
-    origin: RunOrigin,
+    /// The run's status message (`status_message` its id).
+    card: StatusCard,
     label: String,
     status_message: Option<i64>,
     last: Mutex<String>,
@@ -34,17 +30,13 @@ const OUTPUT_EVERY: Duration = Duration::from_secs(1);
 
 impl RunProgress {
     pub(crate) fn new(
-        store: Arc<dyn Store>,
-        outbox: OutboxNotifier,
-        origin: RunOrigin,
+        card: StatusCard,
         label: String,
         status_message: Option<i64>,
         activity: Arc<Mutex<String>>,
     ) -> Self {
         RunProgress {
-            store,
-            outbox,
-            origin,
+            card,
             label,
             status_message,
             last: Mutex::new(String::new()),
@@ -65,22 +57,7 @@ impl RunProgress {
             }
             last.clone_from(&text);
         }
-        let edit = NewOutbound {
-            route: self.origin.route.clone(),
-            kind: OutboundKind::Status,
-            text,
-            in_reply_to: self.origin.message.clone(),
-            edit_of: Some(id),
-            file: None,
-        };
-        if let Err(e) = crate::outbox::post(
-            &*self.store,
-            &self.outbox,
-            &self.origin.parent_session,
-            edit,
-        )
-        .await
-        {
+        if let Err(e) = self.card.show(Some(id), text).await {
             tracing::warn!(error = %e, "could not update a subagent's status message");
         }
     }

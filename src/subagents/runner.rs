@@ -5,7 +5,7 @@
 //! under the step's key (so a resumed step does not repeat them).
 
 use super::resume::Start;
-use super::{LiveRun, Registry, RunInputs, RunProgress, RunSpec, texts};
+use super::{LiveRun, Registry, RunInputs, RunOrigin, RunProgress, RunSpec, texts};
 use crate::engine::TurnInput;
 use crate::policy::RunPersona;
 use crate::storage::{
@@ -172,9 +172,7 @@ async fn execute(
         }
     };
     let progress = Arc::new(RunProgress::new(
-        registry.store.clone(),
-        registry.outbox.clone(),
-        spec.origin.clone(),
+        registry.status_card(&spec.origin),
         spec.label.clone(),
         spec.status_message,
         activity,
@@ -453,14 +451,15 @@ pub(crate) async fn finish(
         edit_of: None,
         file: None,
     });
-    let status_edit = row.status_message.map(|id| NewOutbound {
+    // The status card's last edit, committed with the outcome.
+    let card = registry.status_card(&RunOrigin {
+        parent_session: row.parent_session.to_string(),
         route: route.clone(),
-        kind: OutboundKind::Status,
-        text: texts::status(row.label, state.word()),
-        in_reply_to: row.origin_message.map(str::to_string),
-        edit_of: Some(id),
-        file: None,
+        message: row.origin_message.map(str::to_string),
     });
+    let status_edit = row
+        .status_message
+        .map(|id| card.edit(id, texts::status(row.label, state.word())));
     // Only a user-facing session (not another subagent) gets a turn for the outcome.
     let parent_message = (row.depth <= 1 && !row.to_waiter).then(|| {
         (
