@@ -21,7 +21,7 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
         .position(|e| e.role == TranscriptRole::User)
         .unwrap_or(history.len());
     for entry in &history[start..] {
-        let role = super::turn::model_role(entry.role);
+        let role = model_role(entry.role);
         let tool_calls: Vec<ToolCall> = entry
             .tool_calls
             .as_deref()
@@ -36,6 +36,24 @@ pub fn history_messages(summary: Option<&str>, history: &[TranscriptEntry]) -> V
         });
     }
     messages
+}
+
+/// A chat message's role as the transcript stores it.
+pub(super) fn stored_role(role: Role) -> TranscriptRole {
+    match role {
+        Role::User => TranscriptRole::User,
+        Role::Assistant => TranscriptRole::Assistant,
+        Role::Tool => TranscriptRole::Tool,
+    }
+}
+
+/// A stored transcript role as a chat message's.
+pub(super) fn model_role(role: TranscriptRole) -> Role {
+    match role {
+        TranscriptRole::User => Role::User,
+        TranscriptRole::Assistant => Role::Assistant,
+        TranscriptRole::Tool => Role::Tool,
+    }
 }
 
 /// The session's own workspace folder: `<root>/<the session key, encoded>`.

@@ -2,32 +2,15 @@
 //! until a final answer, `agent.max_iterations` model calls, an error, or `/stop`.
 
 use super::calls::{self, ModelCall};
+use super::context::stored_role;
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput, compact};
 use crate::plan::PlanTracker;
 use crate::providers::{ChainError, ChatMessage, ChatRequest, ProviderError, Role};
-use crate::storage::{NewTranscriptEntry, SessionRow, TranscriptRole};
+use crate::storage::{NewTranscriptEntry, SessionRow};
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use tokio_util::sync::CancellationToken;
-
-/// A chat message's role as the transcript stores it.
-pub(super) fn stored_role(role: Role) -> TranscriptRole {
-    match role {
-        Role::User => TranscriptRole::User,
-        Role::Assistant => TranscriptRole::Assistant,
-        Role::Tool => TranscriptRole::Tool,
-    }
-}
-
-/// A stored transcript role as a chat message's.
-pub(super) fn model_role(role: TranscriptRole) -> Role {
-    match role {
-        TranscriptRole::User => Role::User,
-        TranscriptRole::Assistant => Role::Assistant,
-        TranscriptRole::Tool => Role::Tool,
-    }
-}
 
 pub(super) fn entry_for(
     message: &ChatMessage,

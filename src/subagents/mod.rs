@@ -58,7 +58,17 @@ pub(crate) struct RunSpec {
     pub origin: RunOrigin,
     pub status_message: Option<i64>,
     /// A new run, or one a restart or another process resumes.
-    pub start: resume::Start,
+    pub start: Start,
+}
+
+/// How a run's task starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Just spawned: step 1 is the task.
+    New,
+    /// Taken over after a stop, at `step`: redone with `input` when that step had not
+    /// committed, else taken up after it.
+    Resumed { step: i64, input: Option<String> },
 }
 
 /// Where a run belongs: the session that spawned it and the chat thread its status message
@@ -414,7 +424,7 @@ impl Registry {
             depth,
             origin,
             status_message: Some(status_message),
-            start: resume::Start::New,
+            start: Start::New,
         };
         tracing::info!(run_id = %id, label = %label, agent = %agent.id, depth, parent = %scope.parent_session, "subagent spawned");
         self.launch(live, spec, inputs);

@@ -11,7 +11,7 @@
 //! process) is announced as interrupted instead, once, like a run stored before runs could
 //! be resumed or one whose agent or model is no longer configured.
 
-use super::{LiveRun, Registry, RunOrigin, RunRef, RunSpec, runner};
+use super::{LiveRun, Registry, RunOrigin, RunRef, RunSpec, Start, runner};
 use crate::providers::ModelRef;
 use crate::storage::{RunMode, RunRow, RunState, StoreError};
 use serde::{Deserialize, Serialize};
@@ -20,16 +20,6 @@ use std::time::Duration;
 
 /// A run started this many times without ending is not started again.
 pub const MAX_RUN_STARTS: i64 = 3;
-
-/// How a run's task starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Start {
-    /// Just spawned: step 1 is the task.
-    New,
-    /// Taken over after a stop, at `step`: redone with `input` when that step had not
-    /// committed, else taken up after it.
-    Resumed { step: i64, input: Option<String> },
-}
 
 /// What a run runs with beyond its row's columns, as stored in `runs.spec`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,8 +4,7 @@
 //! before it runs (so another process can resume it, `resume.rs`) and its side effects
 //! under the step's key (so a resumed step does not repeat them).
 
-use super::resume::Start;
-use super::{LiveRun, Registry, RunInputs, RunOrigin, RunProgress, RunSpec, texts};
+use super::{LiveRun, Registry, RunInputs, RunOrigin, RunProgress, RunSpec, Start, texts};
 use crate::engine::TurnInput;
 use crate::policy::RunPersona;
 use crate::storage::{

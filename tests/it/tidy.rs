@@ -167,3 +167,104 @@ fn no_code_writing_macro_is_longer_than_150_lines() {
     }
     assert!(long.is_empty(), "{long:#?}");
 }
+
+/// Sibling files a file of `dir` names through `prefix` (`super::` inside a module folder,
+/// `crate::` at a crate's root), as `(file, sibling)` edges.
+fn sibling_edges(dir: &Path, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    let stems: BTreeSet<String> = files
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|s| s != "mod" && s != "lib" && s != "main")
+        .collect();
+    let mut graph = BTreeMap::new();
+    for path in &files {
+        let from = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if !stems.contains(&from) {
+            continue;
+        }
+        let text: String = std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Names after the prefix: `super::x`, and each item of `super::{x, y::z}`.
+        let mut named = BTreeSet::new();
+        for (at, _) in text.match_indices(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let items: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+                None => vec![rest],
+            };
+            for item in items {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                named.insert(name);
+            }
+        }
+        let edges: BTreeSet<String> = named
+            .into_iter()
+            .filter(|n| *n != from && stems.contains(n))
+            .collect();
+        graph.insert(from, edges);
+    }
+    graph
+}
+
+fn module_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_path_buf());
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            module_dirs(&path, out);
+        }
+    }
+}
+
+#[test]
+fn no_two_files_of_a_module_name_each_other_round_a_loop() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = Vec::new();
+    module_dirs(&root.join("src"), &mut dirs);
+    let mut crate_roots = vec![root.join("src")];
+    for entry in std::fs::read_dir(root.join("channels")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if src.is_dir() {
+            module_dirs(&src, &mut dirs);
+            crate_roots.push(src);
+        }
+    }
+    let mut loops = Vec::new();
+    let mut checked = 0;
+    for dir in &dirs {
+        let prefix = if crate_roots.contains(dir) {
+            "crate::"
+        } else {
+            "super::"
+        };
+        let graph = sibling_edges(dir, prefix);
+        checked += graph.values().map(BTreeSet::len).sum::<usize>();
+        for (from, edges) in &graph {
+            for to in edges {
+                if let Some(back) = path_back(&graph, from, to) {
+                    loops.push(format!(
+                        "{}: {from} -> {}",
+                        dir.strip_prefix(root).unwrap().display(),
+                        back.join(" -> ")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "sibling references were not read");
+    assert!(loops.is_empty(), "file loops: {loops:#?}");
+}

@@ -3,8 +3,8 @@
 //! `Last-Event-ID` and continues after it without repeats; without it the stream starts at
 //! `?after=SEQ`, or with the next new message.
 
+use crate::bearer::check_bearer;
 use crate::error::{ApiError, unavailable};
-use crate::ingress::check_bearer;
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;

@@ -1,6 +1,7 @@
 //! `POST /v1/webhooks/NAME/messages` and `GET /v1/webhooks/NAME/conversations/ID/messages`.
 
 use crate::SignatureScheme;
+use crate::bearer::check_bearer;
 use crate::error::{ApiError, err, unavailable};
 use crate::signature::{self, SignatureError};
 use crate::state::{AppState, MAX_WAIT_SECS, WebhookEndpoint};
@@ -11,13 +12,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferroclaw_channel_core::MessageLog;
-use ferroclaw_channel_core::auth;
 use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{
     Accepted, Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage,
     Inbox, Sender,
 };
-use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -389,18 +388,6 @@ async fn download_file(
         body,
     )
         .into_response())
-}
-
-pub(crate) fn check_bearer(headers: &HeaderMap, secret: &SecretString) -> Result<(), ApiError> {
-    let given = auth::bearer(headers).unwrap_or("");
-    if auth::token_matches(given, secret.expose_secret()) {
-        Ok(())
-    } else {
-        Err(err(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token",
-        ))
-    }
 }
 
 #[cfg(test)]

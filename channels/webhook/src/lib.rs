@@ -5,6 +5,7 @@
 //! inbound messages to an [`Inbox`] and reads bot messages from a [`MessageLog`]; it does
 //! not know storage, sessions or the engine.
 
+mod bearer;
 mod callback;
 mod error;
 mod events;
