@@ -31,7 +31,7 @@ async fn main() {
     let history: usize = arg("--history").unwrap_or(1000);
 
     // Thousands of connections in flight (stand-ins and the service alike).
-    ferroclaw::http_server::raise_file_limit();
+    ferroclaw::server::raise_file_limit();
     // `--local-only`: only the local model (section 5b).
     if flag("--local-only") {
         local_model(&bin).await;

@@ -2,11 +2,13 @@
 //! loaded configuration and a set of channel adapters, and tears them down in order.
 //! `serve` and `chat` share it, so both run the exact same message path.
 
-use crate::access::{Access, AccessPolicy};
 use crate::config::{Config, LoadedConfig, ProviderKind};
 use crate::engine::{Engine, EngineParts, LiveFeedback};
+use crate::ingress::access::{Access, AccessPolicy};
 use crate::ingress::{Admission, Ingress};
 use crate::lanes::Lanes;
+use crate::lanes::TurnHandler;
+use crate::lanes::TurnWatch;
 use crate::outbox::{DeliveryClaims, DeliveryWorker, OutboxNotifier};
 use crate::providers::{
     AnthropicProvider, FallbackChain, KeyRing, ModelProvider, ModelRef, OpenAiProvider,
@@ -15,8 +17,6 @@ use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::spawn::Spawner;
 use crate::storage::{self, Store};
 use crate::subagents::Registry;
-use crate::turn_watch::TurnWatch;
-use crate::turns::TurnHandler;
 use anyhow::Context;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{AccessRule, Channel, ChatRoute};

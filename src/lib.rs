@@ -6,7 +6,6 @@
 //! [`providers::FallbackChain`], one committed transaction) → [`outbox`] (delivery worker per
 //! channel) → the adapter.
 
-pub mod access;
 pub mod admin;
 pub mod agents;
 pub mod app;
@@ -23,14 +22,12 @@ pub mod engine;
 pub mod exec;
 pub mod features;
 pub mod http;
-pub mod http_server;
 pub mod ingress;
 pub mod lanes;
 pub mod media;
 pub mod metrics;
 pub mod models;
 pub mod outbox;
-pub mod pairing;
 pub mod plan;
 pub mod policy;
 pub mod previews;
@@ -47,6 +44,4 @@ pub mod storage;
 pub mod subagents;
 pub mod teams;
 pub mod tools;
-pub mod turn_watch;
-pub mod turns;
 pub mod workspace_fs;

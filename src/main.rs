@@ -59,16 +59,16 @@ fn main() -> ExitCode {
         }),
         Command::Pairing { command } => {
             let (arg, action) = match command {
-                PairingCommand::List(config) => (config, ferroclaw::pairing::Action::List),
+                PairingCommand::List(config) => (config, ferroclaw::ingress::pairing::Action::List),
                 PairingCommand::Approve { code, config } => {
-                    (config, ferroclaw::pairing::Action::Approve(code))
+                    (config, ferroclaw::ingress::pairing::Action::Approve(code))
                 }
                 PairingCommand::Revoke { user, config } => {
-                    (config, ferroclaw::pairing::Action::Revoke(user))
+                    (config, ferroclaw::ingress::pairing::Action::Revoke(user))
                 }
             };
             with_config(&arg, |loaded| async move {
-                ferroclaw::pairing::run(&loaded, action).await
+                ferroclaw::ingress::pairing::run(&loaded, action).await
             })
         }
         Command::Model { command } => model(command),

@@ -3,9 +3,9 @@
 
 use crate::app::App;
 use crate::config::LoadedConfig;
+use crate::lanes::TurnWatch;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{OutboxEntry, Store, StoreResult};
-use crate::turn_watch::TurnWatch;
 use anyhow::Context;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let config = &loaded.config;
-    crate::http_server::raise_file_limit();
+    crate::server::raise_file_limit();
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
@@ -122,13 +122,13 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         tracing::info!(recovered, "answering messages left from an earlier run");
     }
 
-    let limits = crate::http_server::Limits {
+    let limits = crate::server::Limits {
         max_connections: config.server.max_connections,
         read_timeout: Duration::from_secs(config.server.header_timeout_secs),
         drain: Duration::from_secs(config.server.shutdown_grace_secs),
     };
     let stop = stopping.clone();
-    crate::http_server::serve(listener, router, limits, async move {
+    crate::server::serve(listener, router, limits, async move {
         shutdown_signal().await;
         // End long polls, event streams and channel tasks so the server can drain.
         stop.cancel();

@@ -1,5 +1,5 @@
 //! The agent engine: runs one turn (a chat command, `/plan`, or the tool loop) for a message
-//! and returns what it produced; `crate::turns` commits it.
+//! and returns what it produced; `crate::lanes` commits it.
 //!
 //! A turn reads the session and a bounded window of its transcript and runs the tool loop
 //! (`turn.rs`: model → tool calls → results → model, through the fallback chain). It knows

@@ -8,7 +8,7 @@
 //! Recurring jobs cannot amplify: a run while the job's previous turn is still waiting or
 //! running is skipped (moved on, no turn), and so is every run beyond
 //! `schedules.max_turns_per_minute` job turns in this process's last minute. A cancelled
-//! job's queued turns are dropped by the turn handler (`turns.rs`).
+//! job's queued turns are dropped by the turn handler (`lanes/handler.rs`).
 
 use super::ScheduleHandle;
 use crate::storage::{Job, JournalEntry, MissedPolicy, Store};

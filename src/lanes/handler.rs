@@ -5,11 +5,11 @@
 //! that cannot write. Entries answered without a turn (`/stop`, refusals, crashed or
 //! given-up turns) are committed here too.
 
+use super::TurnWatch;
 use crate::engine::{Engine, TurnError, TurnInput, TurnOutput};
 use crate::outbox::OutboxNotifier;
 use crate::spawn::Spawner;
 use crate::storage::{JournalEntry, NewOutbound, Store, StoreError, TurnCommit};
-use crate::turn_watch::TurnWatch;
 use ferroclaw_channel_core::OutboundKind;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -7,8 +7,13 @@
 //! its journal entry pending, to be answered after restart. `/stop` is different: it ends the
 //! running turn through its own token and the turn commits what it finished.
 
+mod answered;
+mod handler;
+
+pub use answered::TurnWatch;
+pub use handler::{MAX_TURN_ATTEMPTS, TurnHandler};
+
 use crate::storage::{JournalEntry, JournalState, Store};
-use crate::turns::{MAX_TURN_ATTEMPTS, TurnHandler};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

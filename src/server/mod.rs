@@ -2,6 +2,10 @@
 //! is not ready) and Prometheus metrics (`/metrics`). Channels and the admin API mount their
 //! own routes beside these.
 
+pub mod accept;
+
+pub use accept::{Limits, raise_file_limit, serve};
+
 use crate::app::ChannelMap;
 use crate::storage::Store;
 use axum::extract::State;

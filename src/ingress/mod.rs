@@ -1,13 +1,16 @@
 //! Where every inbound message enters: journal it (deduplicated), then queue it on its
-//! session's lane. Strangers are refused here (`crate::access`), before any lane. `/stop`
+//! session's lane. Strangers are refused here (`crate::ingress::access`), before any lane. `/stop`
 //! does not queue: it ends the session's running turn at once and is answered here.
 //! Implements the [`Inbox`] trait the channel adapters call.
 
-use crate::access::{Access, Verdict, pairing_text};
+pub mod access;
+pub mod pairing;
+
 use crate::commands::Command;
+use crate::ingress::access::{Access, Verdict, pairing_text};
+use crate::lanes::TurnHandler;
 use crate::lanes::{EntryGate, Lanes};
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
-use crate::turns::TurnHandler;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
 use std::sync::Arc;
