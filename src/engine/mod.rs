@@ -402,7 +402,8 @@ impl Engine {
         self.with_typing(input.route, turn).await
     }
 
-    /// `plan_and_execute`: plan `task` (read-only) and run it as a `steps` plan in bounded
+    /// A tool that runs a plan (`plan_and_execute`, `Tool::runs_a_plan`): plan `task`
+    /// (read-only) and run it as a `steps` plan in bounded
     /// loops; the result is the final answer (or the question after a step failed twice).
     pub(crate) async fn plan_tool(
         &self,

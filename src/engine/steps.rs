@@ -32,10 +32,6 @@ const EARLIER_RESULTS_CHARS: usize = 4_000;
 /// Step results the final answer's call sees.
 const SUMMARY_RESULTS_CHARS: usize = 8_000;
 
-/// Tools never offered inside a step: planning does not recurse, and the step's progress is
-/// recorded by the runner, not the model.
-const NOT_IN_A_STEP: [&str; 2] = ["plan", "plan_and_execute"];
-
 /// What running a plan's steps came to.
 pub(crate) struct StepsOutcome {
     /// The final answer, or the question to the user after a step failed twice.
@@ -112,7 +108,8 @@ impl Engine {
         let tools: Arc<[ToolSpec]> = self
             .offered_tools(persona)
             .iter()
-            .filter(|t| !NOT_IN_A_STEP.contains(&&*t.name))
+            // Planning does not recurse; the runner records a step's progress (`Tool::plans`).
+            .filter(|t| !self.tools.get(&t.name).is_some_and(|tool| tool.plans()))
             .cloned()
             .collect();
         loop {

@@ -122,8 +122,9 @@ impl Engine {
                     return Ok(stopped(output));
                 }
                 results = futures::future::join_all(batch.iter().map(|call| async {
-                    // `plan_and_execute` is the engine's own: it plans and runs steps.
-                    if call.name == "plan_and_execute" && tools.iter().any(|t| *t.name == *call.name) {
+                    // A tool that runs a plan is carried out here: it plans and runs steps.
+                    let runs_a_plan = self.tools.get(&call.name).is_some_and(|t| t.runs_a_plan());
+                    if runs_a_plan && tools.iter().any(|t| *t.name == *call.name) {
                         // Boxed: every tool call's future would otherwise be sized for it.
                         let planned = Box::pin(async {
                             let (text, used) = self
@@ -145,7 +146,7 @@ impl Engine {
                 .iter()
                 .zip(&results)
                 .rev()
-                .find(|(call, _)| call.name != "plan")
+                .find(|(call, _)| !self.tools.get(&call.name).is_some_and(|t| t.plans()))
             {
                 tracker.provisional(last).await;
             }

@@ -1,7 +1,7 @@
 //! Plans' tools as a component. Planning itself is a mode of the turn (`/plan`, the Active
 //! Plan section, the steps runner) and belongs to the engine, which hands the `plan` tool the
-//! session's [`PlanTracker`](super::PlanTracker) as a turn handle and carries out
-//! `plan_and_execute` itself.
+//! session's [`PlanTracker`](super::PlanTracker) as a turn handle and carries out a tool that
+//! runs a plan (`Tool::runs_a_plan`: `plan_and_execute`) itself.
 
 use super::{PlanAndExecute, PlanTool};
 use crate::component::Component;

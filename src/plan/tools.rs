@@ -33,6 +33,9 @@ impl Tool for PlanTool {
     fn for_children(&self) -> bool {
         false
     }
+    fn plans(&self) -> bool {
+        true
+    }
     fn description(&self) -> &str {
         "Create a step-by-step plan (action=create with goal and steps) or record progress on a step \
          (action=update with step number, status and the actual result). The plan is shown to the user."
@@ -106,6 +109,12 @@ impl Tool for PlanAndExecute {
     }
     fn for_children(&self) -> bool {
         false
+    }
+    fn plans(&self) -> bool {
+        true
+    }
+    fn runs_a_plan(&self) -> bool {
+        true
     }
     fn description(&self) -> &str {
         "For a large task with several distinct parts: plan it into steps and carry each step out in its \

@@ -311,15 +311,22 @@ impl Personas {
     pub fn run(&self, run: RunPersona<'_>) -> Persona {
         // Its own container (a sandboxed run always; any run when the sandbox is on).
         let exec = self.exec_place(run.session_key, run.sandboxed);
+        // What it was given, less what cannot work here now (`exec` with nowhere to run).
+        let offer = Offer {
+            agent: run.agent,
+            spawning: true,
+            exec: exec.is_some(),
+        };
+        let tools = run
+            .tools
+            .iter()
+            .filter(|t| self.tools.get(t).is_some_and(|tool| tool.offered(&offer)))
+            .cloned()
+            .collect();
         Persona {
             agent: run.agent.clone(),
             system: run.system.to_string(),
-            tools: run
-                .tools
-                .iter()
-                .filter(|t| exec.is_some() || *t != "exec")
-                .cloned()
-                .collect(),
+            tools,
             exec,
             model: run.model.clone(),
             depth: run.depth,

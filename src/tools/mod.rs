@@ -125,6 +125,16 @@ pub trait Tool: Send + Sync {
     fn in_container(&self) -> bool {
         false
     }
+    /// Whether it makes or changes the session's plan (never offered inside a plan's step:
+    /// planning does not recurse, and the runner records a step's progress).
+    fn plans(&self) -> bool {
+        false
+    }
+    /// Whether the engine carries it out itself: it plans the task and runs it as a `steps`
+    /// plan, which needs the turn's model calls (`run` is not reached in a turn).
+    fn runs_a_plan(&self) -> bool {
+        false
+    }
     /// Its spec as `agent` sees it, when that differs from `spec` (an argument narrowed to
     /// what the agent may choose); built once per agent at start.
     fn spec_for(&self, _agent: &AgentProfile, _spec: &ToolSpec) -> Option<ToolSpec> {
