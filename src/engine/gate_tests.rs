@@ -33,6 +33,7 @@ impl ModelProvider for Scripted {
         let usage = Usage {
             input_tokens: 10,
             output_tokens: 2,
+            ..Usage::default()
         };
         if last.role == Role::Tool {
             return Ok(ChatResponse {

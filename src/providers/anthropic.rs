@@ -148,10 +148,21 @@ impl Assembly {
     ) -> Result<(), ProviderError> {
         match kind {
             "message_start" => {
-                self.usage.input_tokens = data
-                    .pointer("/message/usage/input_tokens")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
+                // Anthropic counts cache reads and writes apart from `input_tokens`; every
+                // input token is the sum.
+                let count = |key: &str| {
+                    data.pointer(&format!("/message/usage/{key}"))
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                };
+                let (plain, read, written) = (
+                    count("input_tokens"),
+                    count("cache_read_input_tokens"),
+                    count("cache_creation_input_tokens"),
+                );
+                self.usage.input_tokens = plain + read + written;
+                self.usage.cached_input_tokens = read;
+                self.usage.cache_write_tokens = written;
             }
             "content_block_start" => {
                 let block = &data["content_block"];
@@ -255,6 +266,29 @@ impl Assembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_reads_and_writes_are_counted_as_input_and_apart() {
+        // The events of a streamed answer whose prompt hit and extended the cache.
+        let mut asm = Assembly::default();
+        let start = serde_json::json!({"type":"message_start","message":{"id":"msg_1",
+            "type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5",
+            "stop_reason":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":188,
+            "cache_read_input_tokens":1800,"output_tokens":1}}});
+        asm.push("message_start", &start, &|_| {}).unwrap();
+        let end = serde_json::json!({"type":"message_delta",
+            "delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":42}});
+        asm.push("message_delta", &end, &|_| {}).unwrap();
+        assert_eq!(
+            asm.finish().unwrap().usage,
+            Usage {
+                input_tokens: 21 + 188 + 1800,
+                output_tokens: 42,
+                cached_input_tokens: 1800,
+                cache_write_tokens: 188,
+            }
+        );
+    }
 
     #[test]
     fn a_stream_without_message_stop_or_stop_reason_is_an_error_not_a_reply() {

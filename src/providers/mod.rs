@@ -127,10 +127,18 @@ pub struct ChatRequest {
     pub affinity: Option<std::sync::Arc<str>>,
 }
 
+/// What one model call used, as the provider reported it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Every input token, whatever it was billed at (cached and cache-written included).
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// Of the input, tokens read from the provider's prompt cache (OpenAI
+    /// `prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`).
+    pub cached_input_tokens: i64,
+    /// Of the input, tokens written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`).
+    pub cache_write_tokens: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -124,8 +124,13 @@ struct StreamAssembly {
 impl StreamAssembly {
     fn push(&mut self, chunk: &Value, on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
         if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            // `prompt_tokens` counts the cached part too; the cached part is reported apart.
             self.usage.input_tokens = usage["prompt_tokens"].as_i64().unwrap_or(0);
             self.usage.output_tokens = usage["completion_tokens"].as_i64().unwrap_or(0);
+            self.usage.cached_input_tokens = usage
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
         }
         if chunk
             .pointer("/choices/0/finish_reason")
@@ -217,6 +222,31 @@ mod tests {
         assert_eq!(out.tool_calls[0].name, "get_time");
         assert_eq!(out.tool_calls[0].arguments, r#"{"tz":"UTC"}"#);
         assert_eq!(out.tool_calls[1].arguments, "{}");
+    }
+
+    #[test]
+    fn usage_with_cached_prompt_tokens_is_read_from_the_last_chunk() {
+        // What OpenAI sends last when asked for `stream_options.include_usage`.
+        let mut asm = StreamAssembly::default();
+        let chunks = [
+            json!({"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":null}),
+            json!({"choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,
+                "total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},
+                "completion_tokens_details":{"reasoning_tokens":0}}}),
+        ];
+        for c in &chunks {
+            asm.push(c, &|_| {}).unwrap();
+        }
+        let usage = asm.finish().unwrap().usage;
+        assert_eq!(
+            usage,
+            Usage {
+                input_tokens: 2006,
+                output_tokens: 300,
+                cached_input_tokens: 1920,
+                cache_write_tokens: 0,
+            }
+        );
     }
 
     #[test]

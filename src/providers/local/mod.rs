@@ -232,6 +232,7 @@ impl ModelProvider for LocalProvider {
             usage: Usage {
                 input_tokens: generated.prompt_tokens as i64,
                 output_tokens: generated.new_tokens as i64,
+                ..Usage::default()
             },
         })
     }
