@@ -3,7 +3,6 @@
 //! register. Adding a feature is its folder, one line here and its config section; the
 //! engine names none of them.
 
-use crate::agents::Agents;
 use crate::component::{CommandInfo, Component};
 use crate::config::{Config, Problem};
 use crate::outbox::OutboxNotifier;
@@ -26,7 +25,6 @@ pub struct Services {
     /// The one address policy every fetch a message can cause goes through.
     pub egress: Arc<crate::egress::Guarded>,
     pub sandbox: Option<Arc<dyn Sandbox>>,
-    pub agents: Arc<Agents>,
     pub skills: Arc<SkillLibrary>,
     pub teams: Arc<Teams>,
     pub schedules: ScheduleHandle,
