@@ -88,22 +88,40 @@ impl Engine {
         result
     }
 
-    /// Run one tool call from the model through the registry, past the gate.
+    /// Run one tool call from the model: the registry checks it (offered, arguments valid),
+    /// then the gate sees it with its validated arguments, then it runs.
     pub(crate) async fn call_tool(
         &self,
         call: &ToolCall,
         cx: &ToolContext,
         offered: &[ToolSpec],
     ) -> String {
-        self.gated_tool(call, cx, self.tools.call(call, cx, offered))
+        let prepared = match self.tools.prepare(call, offered) {
+            Ok(prepared) => prepared,
+            Err(refusal) => return refusal,
+        };
+        let args = prepared.args.clone();
+        self.gated(&call.name, &args, cx, self.tools.run(prepared, cx))
             .await
     }
 
-    /// Run `work` (the call's execution) only when the gate allows `call`; the gate sees the
-    /// result before the model does. A refusal is the call's result (`Error: ...`).
+    /// A call the engine carries out itself (a tool that runs a plan), past the same gate.
     pub(crate) async fn gated_tool(
         &self,
         call: &ToolCall,
+        cx: &ToolContext,
+        work: impl std::future::Future<Output = String>,
+    ) -> String {
+        let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
+        self.gated(&call.name, &args, cx, work).await
+    }
+
+    /// Run `work` only when the gate allows the call; the gate sees the result before the
+    /// model does. A refusal is the call's result (`Error: ...`).
+    async fn gated(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
         cx: &ToolContext,
         work: impl std::future::Future<Output = String>,
     ) -> String {
@@ -114,11 +132,11 @@ impl Engine {
                 sender: cx.sender.as_deref(),
                 route: &cx.route,
             },
-            tool: &call.name,
-            arguments: &call.arguments,
+            tool,
+            arguments,
         };
         if let Verdict::Refuse(why) = self.gate.before_tool(&facts).await {
-            tracing::info!(tool = %call.name, "tool call refused by policy");
+            tracing::info!(tool, "tool call refused by policy");
             return format!("Error: {why}");
         }
         let mut result = work.await;

@@ -66,8 +66,8 @@ struct Refusing {
 impl Gate for Refusing {
     async fn before_tool(&self, call: &ToolCallFacts<'_>) -> Verdict {
         self.seen.lock().unwrap().push(format!(
-            "before_tool {} for {}",
-            call.tool, call.scope.agent
+            "before_tool {} for {} at {}",
+            call.tool, call.scope.agent, call.arguments["path"]
         ));
         match self.tool {
             Some(tool) if tool == call.tool => Verdict::Refuse(format!("{tool} is not allowed")),
@@ -230,7 +230,7 @@ async fn a_refused_tool_call_does_not_run_and_the_model_hears_why() {
         [
             "before_model user_turn scripted/m",
             "after_model scripted/m 10+2",
-            "before_tool write_file for main",
+            "before_tool write_file for main at \"a.txt\"",
             "before_model user_turn scripted/m",
             "after_model scripted/m 10+2",
         ],

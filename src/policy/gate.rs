@@ -58,8 +58,9 @@ pub struct CallScope<'a> {
 pub struct ToolCallFacts<'a> {
     pub scope: CallScope<'a>,
     pub tool: &'a str,
-    /// The arguments as the model wrote them (JSON text, not yet validated).
-    pub arguments: &'a str,
+    /// The arguments, parsed and checked against the tool's schema (a call whose arguments
+    /// do not pass never reaches the gate: the model is told why).
+    pub arguments: &'a serde_json::Value,
 }
 
 /// A model call about to be made (or that was made).

@@ -233,49 +233,55 @@ impl ToolRegistry {
     /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
     /// tool not in `offered` is refused (the model may not use what it was not given).
     pub async fn call(&self, call: &ToolCall, cx: &ToolContext, offered: &[ToolSpec]) -> String {
-        // The metrics label: a registered tool's own name, never what the model made up.
-        let label = self
-            .tools
-            .iter()
-            .map(|t| t.name())
-            .find(|n| *n == call.name)
-            .unwrap_or("unknown")
-            .to_string();
-        if !offered.iter().any(|t| *t.name == *call.name) {
-            crate::metrics::tool_call(&label, false);
-            let names: Vec<&str> = offered.iter().map(|t| &*t.name).collect();
-            return format!(
-                "Error: tool `{}` is not available here; available: {}",
-                call.name,
-                names.join(", ")
-            );
-        }
-        let result = self.try_call(call, cx).await;
-        crate::metrics::tool_call(&label, result.is_ok());
-        tracing::debug!(tool = %label, arguments = %call.arguments, "tool call");
-        match result {
-            Ok(text) => text,
-            Err(err) => format!("Error: {err}"),
+        match self.prepare(call, offered) {
+            Ok(prepared) => self.run(prepared, cx).await,
+            Err(refusal) => refusal,
         }
     }
 
-    async fn try_call(&self, call: &ToolCall, cx: &ToolContext) -> Result<String, ToolError> {
-        let (index, tool) = self
+    /// Check a call before it runs: offered, a registered tool, arguments that are JSON and
+    /// match the tool's schema. `Err` is the `Error: ...` result for the model (counted).
+    pub fn prepare<'a>(
+        &'a self,
+        call: &ToolCall,
+        offered: &[ToolSpec],
+    ) -> Result<Prepared<'a>, String> {
+        let refused = |label: &str, text: String| {
+            crate::metrics::tool_call(label, false);
+            Err(format!("Error: {text}"))
+        };
+        let found = self
             .tools
             .iter()
             .enumerate()
-            .find(|(_, t)| t.name() == call.name)
-            .ok_or_else(|| {
-                ToolError(format!(
-                    "unknown tool `{}`; available: {}",
+            .find(|(_, t)| t.name() == call.name);
+        // The metrics label: a registered tool's own name, never what the model made up.
+        let label = found.map_or("unknown", |(_, t)| t.name());
+        if !offered.iter().any(|t| *t.name == *call.name) {
+            let names: Vec<&str> = offered.iter().map(|t| &*t.name).collect();
+            return refused(
+                label,
+                format!(
+                    "tool `{}` is not available here; available: {}",
                     call.name,
-                    self.names().join(", ")
-                ))
-            })?;
-        let args: Value = serde_json::from_str(&call.arguments)
-            .map_err(|e| ToolError(format!("arguments are not valid JSON: {e}")))?;
-        let validator = self.validator(index);
-        let problems: Vec<String> = validator
+                    names.join(", ")
+                ),
+            );
+        }
+        let Some((index, tool)) = found else {
+            let text = format!(
+                "unknown tool `{}`; available: {}",
+                call.name,
+                self.names().join(", ")
+            );
+            return refused(label, text);
+        };
+        let args: Value = match serde_json::from_str(&call.arguments) {
+            Ok(args) => args,
+            Err(e) => return refused(label, format!("arguments are not valid JSON: {e}")),
+        };
+        let problems: Vec<String> = self
+            .validator(index)
             .iter_errors(&args)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -287,11 +293,25 @@ impl ToolRegistry {
             })
             .collect();
         if !problems.is_empty() {
-            return Err(ToolError(format!(
-                "invalid arguments: {}",
-                problems.join("; ")
-            )));
+            return refused(label, format!("invalid arguments: {}", problems.join("; ")));
         }
+        Ok(Prepared { tool, args })
+    }
+
+    /// Run a prepared call: a turn redone after a crash replays what this call already did;
+    /// the call is bounded by its time limit. A failure is the `Error: ...` result.
+    pub async fn run(&self, prepared: Prepared<'_>, cx: &ToolContext) -> String {
+        let Prepared { tool, args } = prepared;
+        tracing::debug!(tool = tool.name(), arguments = %args, "tool call");
+        let result = Self::run_tool(tool.as_ref(), args, cx).await;
+        crate::metrics::tool_call(tool.name(), result.is_ok());
+        match result {
+            Ok(text) => text,
+            Err(err) => format!("Error: {err}"),
+        }
+    }
+
+    async fn run_tool(tool: &dyn Tool, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         // A turn redone after a crash: an effect this call already had is not repeated.
         let effect = match (&cx.effects, tool.read_only()) {
             (Some(log), false) => {
@@ -330,6 +350,13 @@ impl ToolRegistry {
         }
         result
     }
+}
+
+/// A call that passed the registry's checks: its tool and its validated arguments.
+pub struct Prepared<'a> {
+    tool: &'a Arc<dyn Tool>,
+    /// The arguments, parsed and checked against the tool's schema.
+    pub args: Value,
 }
 
 #[cfg(test)]
