@@ -210,7 +210,7 @@ impl App {
             schedules: schedules.clone(),
         })
         .map_err(|e| anyhow::anyhow!("tools: {e}"))?;
-        let problems = crate::features::check_agent_tools(&config, &features.tools);
+        let problems = crate::config::check_agent_tools(&config, &features.tools.names());
         if !problems.is_empty() {
             return Err(crate::config::ConfigError { problems }.into());
         }

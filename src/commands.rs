@@ -49,7 +49,8 @@ impl Command {
     }
 }
 
-const fn info(
+/// A command's registration and `/help` line (an empty help line: not listed).
+pub const fn command(
     name: &'static str,
     description: &'static str,
     argument: Option<&'static str>,
@@ -65,44 +66,34 @@ const fn info(
     }
 }
 
-/// A command's registration and `/help` line, for features' tables.
-pub const fn command(
-    name: &'static str,
-    description: &'static str,
-    argument: Option<&'static str>,
-    help: &'static str,
-) -> CommandInfo {
-    info(name, description, argument, help)
-}
-
 /// The engine's own commands, in `/help` order (`/help` itself comes last).
 pub const CORE: &[CommandInfo] = &[
-    info(
+    command(
         "plan",
         "Plan first, then execute a task",
         Some("task"),
         "/plan <task> — plan first, then execute",
     ),
-    info(
+    command(
         "new",
         "Start a fresh session",
         None,
         "/new, /reset — start a fresh session for this chat (the old transcript is archived)",
     ),
-    info("reset", "Start a fresh session", None, ""),
-    info(
+    command("reset", "Start a fresh session", None, ""),
+    command(
         "stop",
         "Stop the running turn and its subagents",
         None,
         "/stop — abort the running turn of this session and its subagents",
     ),
-    info(
+    command(
         "status",
         "Model, usage, plan and subagents",
         None,
         "/status — model, fallbacks, token usage, plan progress, live subagents",
     ),
-    info(
+    command(
         "model",
         "Show or set this chat's model",
         Some("model"),
@@ -111,7 +102,7 @@ pub const CORE: &[CommandInfo] = &[
 ];
 
 /// `/help`, always last.
-pub const HELP: CommandInfo = info("help", "List the commands", None, "/help — this list");
+pub const HELP: CommandInfo = command("help", "List the commands", None, "/help — this list");
 
 /// Every command platforms register: the core ones, then each feature's, then `/help`.
 pub fn registered<'a>(features: impl IntoIterator<Item = &'a CommandInfo>) -> Vec<CommandInfo> {
@@ -150,6 +141,13 @@ mod tests {
         assert_eq!(
             Command::parse("/plan  build it "),
             Some(Command::Plan("build it".into()))
+        );
+        assert_eq!(
+            Command::parse("/bogus"),
+            Some(Command::Feature {
+                name: "bogus".into(),
+                args: String::new()
+            })
         );
         assert_eq!(
             Command::parse("/Team@bot x"),

@@ -4,7 +4,7 @@
 //! engine names none of them.
 
 use crate::component::{CommandInfo, Component};
-use crate::config::{Config, Problem};
+use crate::config::Config;
 use crate::outbox::OutboxNotifier;
 use crate::sandbox::Sandbox;
 use crate::schedules::ScheduleHandle;
@@ -93,22 +93,4 @@ pub fn chat_commands() -> Vec<ChatCommand> {
         .into_iter()
         .map(|c| c.command)
         .collect()
-}
-
-/// Agents' `tools` allowlists checked against the tools the service registered (a name no
-/// tool has is a configuration error naming the key).
-pub fn check_agent_tools(config: &Config, tools: &ToolRegistry) -> Vec<Problem> {
-    let names = tools.names();
-    let mut problems = Vec::new();
-    for (id, agent) in &config.agents {
-        for (i, tool) in agent.tools.iter().flatten().enumerate() {
-            if !names.contains(tool) {
-                problems.push(Problem {
-                    key: format!("agents.{id}.tools[{i}]"),
-                    message: format!("unknown tool `{tool}` (tools: {})", names.join(", ")),
-                });
-            }
-        }
-    }
-    problems
 }

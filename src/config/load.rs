@@ -192,6 +192,23 @@ fn figment_problem(err: figment::Error) -> Problem {
     }
 }
 
+/// Agents' `tools` allowlists against the names of the tools the service registers: a
+/// name no tool has is a problem naming the key (`config check` and `serve` alike).
+pub fn check_agent_tools(config: &Config, names: &[String]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (id, agent) in &config.agents {
+        for (i, tool) in agent.tools.iter().flatten().enumerate() {
+            if !names.contains(tool) {
+                problems.push(Problem {
+                    key: format!("agents.{id}.tools[{i}]"),
+                    message: format!("unknown tool `{tool}` (tools: {})", names.join(", ")),
+                });
+            }
+        }
+    }
+    problems
+}
+
 fn validate(
     config: &Config,
     env: &dyn Fn(&str) -> Option<String>,
@@ -284,16 +301,6 @@ fn validate(
                 "agent ids may hold only letters, digits, '-' and '_'".into(),
             );
         }
-        for (i, tool) in agent.tools.iter().flatten().enumerate() {
-            if let Some(tools) = &known.tools
-                && !tools.contains(tool)
-            {
-                problem(
-                    &format!("agents.{id}.tools[{i}]"),
-                    format!("unknown tool `{tool}` (tools: {})", tools.join(", ")),
-                );
-            }
-        }
         for (i, link) in agent.may_delegate.iter().enumerate() {
             if !known_agent(config, link) {
                 problem(
@@ -301,6 +308,11 @@ fn validate(
                     format!("unknown agent `{link}` ({})", agent_list(config)),
                 );
             }
+        }
+    }
+    if let Some(tools) = &known.tools {
+        for p in check_agent_tools(config, tools) {
+            problem(&p.key, p.message);
         }
     }
     for (id, team) in &config.teams {

@@ -10,6 +10,6 @@ mod load;
 mod render;
 mod schema;
 
-pub use load::{ConfigError, Known, LoadedConfig, Problem, load};
+pub use load::{ConfigError, Known, LoadedConfig, Problem, check_agent_tools, load};
 pub use render::render_redacted;
 pub use schema::*;

@@ -2,7 +2,7 @@
 //! `/model`, `/help`; a feature's command goes to its component (`Component::command`).
 //! The vocabulary is `crate::commands`.
 
-pub use crate::commands::Command;
+use crate::commands::Command;
 
 use super::{Engine, TurnError, TurnOutput};
 use crate::component::CommandScope;
@@ -47,7 +47,10 @@ impl Engine {
                 for component in &self.components {
                     lines.extend(component.status(&scope).await?);
                 }
-                (OutboundKind::Status, self.status_text(session, &lines))
+                (
+                    OutboundKind::Status,
+                    self.status_text(session, &agent, &lines),
+                )
             }
             Command::Model(None) => (
                 OutboundKind::Status,
@@ -99,9 +102,13 @@ impl Engine {
     }
 
     /// `/status`: the session's agent, model, usage and plan, then the features' lines.
-    fn status_text(&self, session: &SessionRow, features: &[String]) -> String {
+    fn status_text(
+        &self,
+        session: &SessionRow,
+        agent: &crate::agents::AgentProfile,
+        features: &[String],
+    ) -> String {
         let mut out = String::new();
-        let agent = self.agents().of_session(&session.key);
         let _ = writeln!(out, "Agent: {}", agent.id);
         let _ = writeln!(out, "Session: {}", session.key);
         let _ = writeln!(out, "Model: {}", self.session_model(session));

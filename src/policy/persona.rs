@@ -66,8 +66,6 @@ pub struct Personas {
     teams: Arc<dyn Teammates>,
     /// Every registered tool (what each one needs decides whether it is offered).
     tools: Arc<ToolRegistry>,
-    /// Their names, in registry order.
-    tool_names: Vec<String>,
     chain: Arc<FallbackChain>,
     /// Containers for `exec` (None: no sandbox can be had).
     sandbox: Option<Arc<dyn Sandbox>>,
@@ -104,7 +102,6 @@ impl Personas {
         Personas {
             teams,
             agents,
-            tool_names: tools.names(),
             tools,
             chain,
             sandbox,
@@ -159,11 +156,10 @@ impl Personas {
             spawning,
             exec,
         };
-        self.tool_names
+        self.tools
             .iter()
-            .filter(|n| agent.allows_tool(n))
-            .filter(|n| self.tools.get(n).is_some_and(|t| t.offered(&offer)))
-            .cloned()
+            .filter(|t| agent.allows_tool(t.name()) && t.offered(&offer))
+            .map(|t| t.name().to_string())
             .collect()
     }
 
@@ -272,10 +268,10 @@ impl Personas {
             }
             // A sandboxed child gets exec and the file tools even when its parent cannot
             // run them — but only those the agent's `tools` allowlist grants.
-            for tool in self.tool_names.iter() {
-                let in_container = self.tools.get(tool).is_some_and(|t| t.in_container());
-                if in_container && agent.allows_tool(tool) && !tools.contains(tool) {
-                    tools.push(tool.clone());
+            for tool in self.tools.iter().filter(|t| t.in_container()) {
+                let name = tool.name();
+                if agent.allows_tool(name) && !tools.iter().any(|t| t == name) {
+                    tools.push(name.to_string());
                 }
             }
         }

@@ -205,6 +205,11 @@ impl ToolRegistry {
         self.tools.iter().map(|t| t.name().to_string()).collect()
     }
 
+    /// Every registered tool, in registry order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+
     /// The registered tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.iter().find(|t| t.name() == name)
@@ -230,17 +235,9 @@ impl ToolRegistry {
         Ok(())
     }
 
-    /// Run one call; every failure becomes an `Error: ...` result for the model. A call of a
-    /// tool not in `offered` is refused (the model may not use what it was not given).
-    pub async fn call(&self, call: &ToolCall, cx: &ToolContext, offered: &[ToolSpec]) -> String {
-        match self.prepare(call, offered) {
-            Ok(prepared) => self.run(prepared, cx).await,
-            Err(refusal) => refusal,
-        }
-    }
-
-    /// Check a call before it runs: offered, a registered tool, arguments that are JSON and
-    /// match the tool's schema. `Err` is the `Error: ...` result for the model (counted).
+    /// Check a call before it runs: offered (the model may not use what it was not given), a
+    /// registered tool, arguments that are JSON and match the tool's schema. `Err` is the
+    /// `Error: ...` result for the model (counted). Then [`ToolRegistry::run`].
     pub fn prepare<'a>(
         &'a self,
         call: &ToolCall,

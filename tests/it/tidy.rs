@@ -16,6 +16,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A source file's text without its comments (comments do not count as uses).
+fn code(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn sources() -> Vec<(String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
@@ -25,14 +35,7 @@ fn sources() -> Vec<(String, String)> {
         .into_iter()
         .map(|path| {
             let rel = path.strip_prefix(&src).unwrap().display().to_string();
-            // Comments do not count as uses.
-            let text: String = std::fs::read_to_string(&path)
-                .unwrap()
-                .lines()
-                .map(|l| l.split("//").next().unwrap_or(""))
-                .collect::<Vec<_>>()
-                .join("\n");
-            (rel, text)
+            (rel, code(&path))
         })
         .collect()
 }
@@ -188,12 +191,7 @@ fn sibling_edges(dir: &Path, prefix: &str) -> BTreeMap<String, BTreeSet<String>>
         if !stems.contains(&from) {
             continue;
         }
-        let text: String = std::fs::read_to_string(path)
-            .unwrap()
-            .lines()
-            .map(|l| l.split("//").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = code(path);
         // Names after the prefix: `super::x`, and each item of `super::{x, y::z}`.
         let mut named = BTreeSet::new();
         for (at, _) in text.match_indices(prefix) {
