@@ -234,9 +234,9 @@ impl App {
             egress,
             personas,
             components: features.components,
-            // No policy is configured yet: every call is allowed (approvals, budgets and
-            // egress rules plug in here).
-            gate: Arc::new(crate::policy::AllowAll),
+            // The features' rules around every call (cost control; approvals and egress
+            // rules plug in beside it).
+            gate: features.gate,
             transcriber: crate::media::Transcriber::new(
                 &config.transcription,
                 loaded.secrets.transcription_key.clone(),

@@ -24,6 +24,8 @@ pub struct CommandScope<'a> {
     pub agent: &'a Arc<AgentProfile>,
     /// Subagents, where this turn may reach them.
     pub spawner: Option<&'a Arc<dyn Spawner>>,
+    /// Who asked (a person's platform id, in the session's channel).
+    pub sender: Option<&'a str>,
 }
 
 /// The turn a component prepares handles for.

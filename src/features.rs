@@ -6,6 +6,7 @@
 use crate::component::{CommandInfo, Component};
 use crate::config::Config;
 use crate::outbox::OutboxNotifier;
+use crate::policy::{Gate, Gates};
 use crate::sandbox::Sandbox;
 use crate::schedules::ScheduleHandle;
 use crate::skills::SkillLibrary;
@@ -30,10 +31,12 @@ pub struct Services {
     pub schedules: ScheduleHandle,
 }
 
-/// The built features: their components and every tool, core and theirs.
+/// The built features: their components, every tool (core and theirs) and the policy
+/// gate their rules make.
 pub struct Features {
     pub components: Vec<Arc<dyn Component>>,
     pub tools: Arc<ToolRegistry>,
+    pub gate: Arc<dyn Gate>,
 }
 
 /// Build every feature once. Order is the order of their lines in `/status`.
@@ -55,7 +58,15 @@ pub fn build(services: &Services) -> Result<Features, String> {
         )),
         Arc::new(crate::skills::SkillsComponent::new(services.skills.clone())),
         Arc::new(crate::plan::PlanComponent),
+        Arc::new(crate::usage::UsageComponent::new(store.clone())),
     ];
+    // The rules around every call, in order: the first refusal wins.
+    let prices = Arc::new(crate::usage::Prices::new(services.config.prices.clone()));
+    let gate: Arc<dyn Gate> = Arc::new(Gates::new(vec![Arc::new(crate::usage::CostGate::new(
+        services.config.clone(),
+        store.clone(),
+        prices,
+    ))]));
     let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(ReadFile),
         Arc::new(WriteFile),
@@ -72,6 +83,7 @@ pub fn build(services: &Services) -> Result<Features, String> {
     Ok(Features {
         components,
         tools: Arc::new(tools),
+        gate,
     })
 }
 
@@ -82,6 +94,7 @@ pub fn feature_commands() -> impl Iterator<Item = &'static CommandInfo> {
         crate::subagents::COMMANDS,
         crate::teams::COMMANDS,
         crate::schedules::COMMANDS,
+        crate::usage::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -44,4 +44,5 @@ pub mod storage;
 pub mod subagents;
 pub mod teams;
 pub mod tools;
+pub mod usage;
 pub mod workspace_fs;

@@ -89,6 +89,27 @@ pub fn model_call(model: &str, outcome: &'static str, took: Duration) {
         .record(took.as_secs_f64());
 }
 
+/// What one answered model call used (every call, silent ones included): tokens by
+/// direction (`input` counts every input token; `cached_input` and `cache_write` are the
+/// parts of it read from and written to the provider's cache) and, for a priced model, USD.
+pub fn model_usage(
+    model: &str,
+    kind: &'static str,
+    tokens: &[(&'static str, i64)],
+    cost: Option<f64>,
+) {
+    for (direction, tokens) in tokens {
+        counter!("ferroclaw_model_tokens_total", "model" => model.to_string(), "kind" => kind, "direction" => *direction)
+            .increment((*tokens).max(0) as u64);
+    }
+    if let Some(cost) = cost {
+        // The facade's counters count whole numbers; dollars are fractions, so this sum is a
+        // gauge that only ever goes up.
+        gauge!("ferroclaw_cost_usd_total", "model" => model.to_string(), "kind" => kind)
+            .increment(cost);
+    }
+}
+
 /// The first streamed token of a model call arrived.
 pub fn first_token(model: &str, after: Duration) {
     histogram!("ferroclaw_time_to_first_token_seconds", "model" => model.to_string())

@@ -1,10 +1,10 @@
 //! `/v1/admin/...`: JSON for operators and their tools.
 
 use super::Admin;
+use super::replies::{not_found, unavailable};
 use crate::storage::{OutboxEntry, RunRow, SessionRow, StoreError};
 use crate::subagents::Registry;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -27,26 +27,10 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/teams/{team}/tasks", get(team_tasks))
         .route("/v1/admin/jobs", get(jobs))
         .route("/v1/admin/jobs/{id}/cancel", post(cancel_job))
+        .route("/v1/admin/usage", get(super::usage::usage))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
-}
-
-fn unavailable(err: StoreError) -> Response {
-    tracing::warn!(error = %err, "admin: storage unavailable");
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"error": "storage unavailable"})),
-    )
-        .into_response()
-}
-
-fn not_found(what: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({"error": format!("no such {what}")})),
-    )
-        .into_response()
 }
 
 #[derive(serde::Deserialize)]

@@ -1,5 +1,5 @@
 //! The operator's view (SPEC section 10): the admin API under `/v1/admin/` (sessions, subagent
-//! runs, the outbox backlog, pairing) and a status page at `/`, both behind the bearer token
+//! runs, the outbox backlog, pairing, usage) and a status page at `/`, both behind the bearer token
 //! of `server.admin_token_env` (compared in constant time). With no token configured every
 //! route here answers 404, as if it did not exist.
 //!
@@ -8,6 +8,8 @@
 
 mod api;
 mod page;
+mod replies;
+mod usage;
 
 use crate::lanes::Lanes;
 use crate::storage::Store;

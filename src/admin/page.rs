@@ -51,6 +51,47 @@ fn run_item(out: &mut String, run: &LiveRunView, all: &[LiveRunView]) {
     out.push_str("</li>");
 }
 
+/// Users listed under today's spend.
+const TOP_USERS: usize = 5;
+
+/// Today's spend (UTC) and the people who spent most of it.
+async fn spend(html: &mut String, admin: &Admin) {
+    let today = crate::clock::utc_day(crate::clock::now_ms());
+    let filter = crate::storage::UsageFilter {
+        from_day: today.clone(),
+        to_day: today,
+        user: None,
+        chat: None,
+    };
+    let total = admin
+        .store
+        .usage_report(&filter, None)
+        .await
+        .ok()
+        .and_then(|mut rows| rows.pop())
+        .unwrap_or_default();
+    let _ = write!(
+        html,
+        "<h2>Spend today</h2><p id=\"spend\">${:.4} — {} model calls, {} tokens in, {} out</p><ol id=\"top-users\">",
+        total.cost_usd, total.calls, total.input_tokens, total.output_tokens
+    );
+    let users = admin
+        .store
+        .usage_report(&filter, Some(crate::storage::UsageGroup::User))
+        .await
+        .unwrap_or_default();
+    for user in users.iter().filter(|u| !u.key.is_empty()).take(TOP_USERS) {
+        let _ = write!(
+            html,
+            "<li><code>{}</code> ${:.4} ({} calls)</li>",
+            escape(&user.key),
+            user.cost_usd,
+            user.calls
+        );
+    }
+    html.push_str("</ol>");
+}
+
 pub(super) async fn status(State(admin): State<Admin>) -> Response {
     let busy = admin.lanes.busy();
     let sessions = admin
@@ -121,6 +162,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Response {
         html.push_str("</ul></li>");
     }
     html.push_str("</ul>");
+    spend(&mut html, &admin).await;
     // Recent warnings and errors.
     html.push_str("<h2>Recent errors</h2><ul>");
     let recent = crate::recent_errors::recent();

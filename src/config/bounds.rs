@@ -126,6 +126,8 @@ pub fn check(config: &Config) -> Vec<Found> {
         problem("fallback.request_timeout_secs", "must be at least 1".into());
     }
 
+    cost(config, &mut problem);
+
     let url = &config.storage.url;
     let parsed = if url.starts_with("sqlite:") {
         let path = url.trim_start_matches("sqlite:").trim_start_matches("//");
@@ -189,6 +191,68 @@ pub fn check(config: &Config) -> Vec<Found> {
     found
 }
 
+/// Prices and caps: finite, not negative; price keys name a model; exempt entries a person.
+fn cost(config: &Config, problem: &mut impl FnMut(&str, String)) {
+    let mut amount = |key: &str, value: f64| {
+        if !(value.is_finite() && value >= 0.0) {
+            problem(
+                key,
+                format!("{value} must be a number of US dollars, 0 or more"),
+            );
+        }
+    };
+    for (model, price) in &config.prices {
+        let key = |field: &str| format!("prices.\"{model}\".{field}");
+        amount(&key("input_per_mtok"), price.input_per_mtok);
+        amount(&key("output_per_mtok"), price.output_per_mtok);
+        if let Some(p) = price.cached_input_per_mtok {
+            amount(&key("cached_input_per_mtok"), p);
+        }
+        if let Some(p) = price.cache_write_per_mtok {
+            amount(&key("cache_write_per_mtok"), p);
+        }
+    }
+    let b = &config.budgets;
+    for (name, cap) in [
+        ("user_daily_usd", b.user_daily_usd),
+        ("user_monthly_usd", b.user_monthly_usd),
+        ("chat_daily_usd", b.chat_daily_usd),
+        ("agent_daily_usd", b.agent_daily_usd),
+        ("total_daily_usd", b.total_daily_usd),
+        ("total_monthly_usd", b.total_monthly_usd),
+        ("background_daily_usd", b.background_daily_usd),
+    ] {
+        amount(&format!("budgets.{name}"), cap);
+    }
+    for (id, agent) in &config.agents {
+        if let Some(cap) = agent.daily_usd {
+            amount(&format!("agents.{id}.daily_usd"), cap);
+        }
+    }
+    for model in config.prices.keys() {
+        let named = model
+            .split_once('/')
+            .is_some_and(|(provider, name)| !provider.is_empty() && !name.is_empty());
+        if !named {
+            problem(
+                &format!("prices.\"{model}\""),
+                "must name a model as `<provider>/<model>`".into(),
+            );
+        }
+    }
+    for (i, who) in config.limits.exempt.iter().enumerate() {
+        if !who
+            .split_once(':')
+            .is_some_and(|(c, u)| !c.is_empty() && !u.is_empty())
+        {
+            problem(
+                &format!("limits.exempt[{i}]"),
+                format!("`{who}` must be `<channel>:<user id>`"),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +277,15 @@ mod tests {
         config.sandbox.pids_limit = 0;
         config.sandbox.memory_mb = 0;
         config.storage.url = "sqlite:".into();
+        config.budgets.user_daily_usd = -1.0;
+        config.prices.insert(
+            "gpt-4o".into(),
+            crate::config::PriceConfig {
+                output_per_mtok: f64::INFINITY,
+                ..Default::default()
+            },
+        );
+        config.limits.exempt = vec!["alice".into()];
         let found = keys(&config);
         for key in [
             "server.max_connections",
@@ -223,6 +296,10 @@ mod tests {
             "sandbox.pids_limit",
             "sandbox.memory_mb",
             "storage.url",
+            "budgets.user_daily_usd",
+            "prices.\"gpt-4o\"",
+            "prices.\"gpt-4o\".output_per_mtok",
+            "limits.exempt[0]",
         ] {
             assert!(found.iter().any(|k| k == key), "{key} not in {found:?}");
         }

@@ -6,10 +6,12 @@
 //! redacted rendering printed by `config check`. It does not start anything.
 
 mod bounds;
+mod cost;
 mod load;
 mod render;
 mod schema;
 
+pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
 pub use load::{ConfigError, Known, LoadedConfig, Problem, check_agent_tools, load};
 pub use render::render_redacted;
 pub use schema::*;

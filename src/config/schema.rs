@@ -41,6 +41,10 @@ pub struct Config {
     pub schedules: SchedulesConfig,
     pub media: MediaConfig,
     pub transcription: TranscriptionConfig,
+    /// `[prices."<provider>/<model>"]`: what a model's tokens cost.
+    pub prices: BTreeMap<String, super::cost::PriceConfig>,
+    pub budgets: super::cost::BudgetsConfig,
+    pub limits: super::cost::LimitsConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -167,6 +171,9 @@ pub struct AgentDef {
     /// Agent ids this agent may spawn or delegate to (itself always).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub may_delegate: Vec<String>,
+    /// This agent's daily spending cap in USD (overrides `budgets.agent_daily_usd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_usd: Option<f64>,
 }
 
 /// `[[bindings]]`: messages matching every given key go to `agent`; the most specific
@@ -239,6 +246,9 @@ impl Default for Config {
             schedules: SchedulesConfig::default(),
             media: MediaConfig::default(),
             transcription: TranscriptionConfig::default(),
+            prices: BTreeMap::new(),
+            budgets: Default::default(),
+            limits: Default::default(),
         }
     }
 }

@@ -4,7 +4,9 @@
 //! the tool registry.
 
 use super::{Engine, Persona, TurnInput};
-use crate::policy::{CallKind, CallScope, ModelCallFacts, ToolCallFacts, Verdict};
+use crate::policy::{
+    CallKind, CallScope, ModelCallFacts, ModelOutcome, RunFacts, RunKind, ToolCallFacts, Verdict,
+};
 use crate::providers::{ChainError, ChatRequest, ChatResponse, ModelRef, ToolCall, ToolSpec};
 use crate::tools::ToolContext;
 
@@ -27,16 +29,62 @@ impl<'a> ModelCall<'a> {
     ) -> Self {
         ModelCall {
             kind,
-            scope: CallScope {
-                session_key: session,
-                agent: &persona.agent.id,
-                sender: input.sender,
-                route: input.route,
-            },
+            scope: turn_scope(input, session, persona),
             model: &persona.model,
             fallbacks: Some(&persona.agent.fallbacks),
         }
     }
+}
+
+/// Who `persona`'s turn answering `input` works for: a subagent's work traces back to the
+/// message its tree started from, a person's to their message.
+pub(super) fn turn_scope<'a>(
+    input: &TurnInput<'a>,
+    session: &'a str,
+    persona: &'a Persona,
+) -> CallScope<'a> {
+    let (route, origin_message) = match &persona.origin {
+        Some((route, message)) => (route, message.as_deref()),
+        None => (input.route, Some(input.message_id)),
+    };
+    CallScope {
+        session_key: session,
+        agent: &persona.agent.id,
+        sender: input.sender,
+        route,
+        origin_message,
+    }
+}
+
+/// A number no other model call of this process has (`ModelCallFacts::call_id`).
+fn next_call_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The request's input tokens, estimated high: a token per 3 bytes of text (most
+/// tokenizers average 4), the tool specs' estimate, and 1,600 per image.
+fn estimated_input_tokens(request: &ChatRequest, tool_tokens: usize) -> i64 {
+    let text: usize = request.system.len()
+        + request.volatile.as_deref().map_or(0, str::len)
+        + request
+            .messages
+            .iter()
+            .map(|m| {
+                m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            })
+            .sum::<usize>();
+    let images: usize = request.messages.iter().map(|m| m.images.len()).sum();
+    let tools = if request.tools.is_empty() {
+        0
+    } else {
+        tool_tokens
+    };
+    (text / 3 + tools + images * 1_600) as i64
 }
 
 /// What a turn's tool loop calls its model calls: a person's, a subagent's or a job's.
@@ -63,6 +111,8 @@ impl Engine {
             scope: call.scope,
             kind: call.kind,
             model: call.model,
+            call_id: next_call_id(),
+            estimated_input_tokens: estimated_input_tokens(request, self.tool_tokens),
         };
         if let Verdict::Refuse(why) = self.gate.before_model(&facts).await {
             tracing::info!(kind = call.kind.as_str(), model = %call.model, "model call refused by policy");
@@ -80,12 +130,35 @@ impl Engine {
                     .await
             }
         };
-        if let Ok((response, answered_by)) = &result {
-            self.gate
-                .after_model(&facts, answered_by, &response.usage)
-                .await;
-        }
+        let outcome = match &result {
+            Ok((response, answered_by)) => ModelOutcome::Answered {
+                by: answered_by,
+                usage: &response.usage,
+            },
+            Err(_) => ModelOutcome::Failed,
+        };
+        self.gate.after_model(&facts, outcome).await;
         result
+    }
+
+    /// Ask the gate whether a run (a subagent, a plan step) may start; `Err` says why not.
+    pub(crate) async fn admit_run(
+        &self,
+        scope: CallScope<'_>,
+        kind: RunKind,
+    ) -> Result<(), String> {
+        match self.gate.before_run(&RunFacts { scope, kind }).await {
+            Verdict::Allow => Ok(()),
+            Verdict::Refuse(why) => Err(why),
+        }
+    }
+
+    /// Ask the gate whether a person's message may be answered by the model now.
+    pub(crate) async fn admit_turn(&self, scope: CallScope<'_>) -> Result<(), String> {
+        match self.gate.before_turn(&scope).await {
+            Verdict::Allow => Ok(()),
+            Verdict::Refuse(why) => Err(why),
+        }
     }
 
     /// Run one tool call from the model: the registry checks it (offered, arguments valid),
@@ -131,6 +204,7 @@ impl Engine {
                 agent: &cx.agent_id,
                 sender: cx.sender.as_deref(),
                 route: &cx.route,
+                origin_message: cx.in_reply_to.as_deref(),
             },
             tool,
             arguments,

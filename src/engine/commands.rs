@@ -19,6 +19,7 @@ impl Engine {
         command: Command,
         session: &mut SessionRow,
         spawner: Option<&Arc<dyn Spawner>>,
+        sender: Option<&str>,
     ) -> Result<TurnOutput, TurnError> {
         let now = crate::clock::now_ms();
         let agent = self.agents().of_session(&session.key).clone();
@@ -42,6 +43,7 @@ impl Engine {
                     session,
                     agent: &agent,
                     spawner,
+                    sender,
                 };
                 let mut lines = Vec::new();
                 for component in &self.components {
@@ -89,6 +91,7 @@ impl Engine {
                         session,
                         agent: &agent,
                         spawner,
+                        sender,
                     };
                     self.components[i].command(&name, &args, &scope).await?
                 }

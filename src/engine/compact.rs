@@ -144,6 +144,7 @@ async fn summarise(
     let request = ChatRequest {
         system: SUMMARY_PROMPT.into(),
         messages: vec![ChatMessage::text(Role::User, text)],
+        volatile: None,
         tools: std::sync::Arc::new([]),
         affinity: Some(session.key.as_str().into()),
     };
@@ -155,6 +156,7 @@ async fn summarise(
             agent: &engine.agents().of_session(&session.key).id,
             sender: None,
             route: &session.route,
+            origin_message: None,
         },
         model: &model,
         fallbacks: None,

@@ -96,12 +96,16 @@ impl Gate for Refusing {
     async fn after_model(
         &self,
         call: &ModelCallFacts<'_>,
-        answered_by: &crate::providers::ModelRef,
-        usage: &Usage,
+        outcome: crate::policy::ModelOutcome<'_>,
     ) {
         assert_eq!(call.kind, CallKind::UserTurn);
+        assert!(call.estimated_input_tokens > 0, "the request was estimated");
+        let crate::policy::ModelOutcome::Answered { by, usage } = outcome else {
+            self.seen.lock().unwrap().push("after_model failed".into());
+            return;
+        };
         self.seen.lock().unwrap().push(format!(
-            "after_model {answered_by} {}+{}",
+            "after_model {by} {}+{}",
             usage.input_tokens, usage.output_tokens
         ));
     }

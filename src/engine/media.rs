@@ -203,6 +203,7 @@ impl Engine {
             let request = ChatRequest {
                 system: String::new(),
                 messages: vec![message],
+                volatile: None,
                 tools: Arc::from([]),
                 affinity: None,
             };

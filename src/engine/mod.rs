@@ -318,7 +318,27 @@ impl Engine {
             Some(input.message_id.to_string()),
         ));
         let too_long = text.chars().count() > self.config.agent.max_input_chars;
-        Ok(match Command::parse(text) {
+        let command = Command::parse(text);
+        // A person's message for the model (not a chat command) passes the gate first: one
+        // over a rate limit is answered with the line saying when to try again.
+        let for_model = match &command {
+            None => true,
+            Some(Command::Plan(task)) => !task.is_empty(),
+            Some(_) => false,
+        };
+        if for_model && input.job.is_none() && input.sender.is_some() {
+            let scope = crate::policy::CallScope {
+                session_key: &session.key,
+                agent: &self.agents().of_session(&session.key).id,
+                sender: input.sender,
+                route,
+                origin_message: Some(input.message_id),
+            };
+            if let Err(why) = self.admit_turn(scope).await {
+                return Ok(TurnOutput::reply(OutboundKind::Error, why));
+            }
+        }
+        Ok(match command {
             // The limit holds for `/plan <task>` as for any text the model would read.
             Some(Command::Plan(task)) if !task.is_empty() && too_long => self.too_long(text),
             Some(Command::Plan(task)) if !task.is_empty() => {
@@ -342,7 +362,9 @@ impl Engine {
                     }
                 }
             }
-            Some(command) => Box::pin(self.run_command(command, session, spawner)).await?,
+            Some(command) => {
+                Box::pin(self.run_command(command, session, spawner, input.sender)).await?
+            }
             None if too_long => self.too_long(text),
             None if !input.attachments.is_empty() => {
                 let persona = self.user_persona(session, spawner);

@@ -91,6 +91,7 @@ impl Engine {
             let request = ChatRequest {
                 system: system.clone(),
                 messages: messages.clone(),
+                volatile: None,
                 tools: tools.clone(),
                 affinity: Some(session.key.as_str().into()),
             };

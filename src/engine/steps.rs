@@ -117,6 +117,19 @@ impl Engine {
                 break;
             };
             let Some(i) = plan.current() else { break };
+            // A step is a run of its own: the message's limits may stop the plan here.
+            let scope = super::calls::turn_scope(input, &session.key, persona);
+            if let Err(why) = self
+                .admit_run(scope, crate::policy::RunKind::PlanStep)
+                .await
+            {
+                tracker.set_awaiting(Some(i)).await?;
+                outcome.text = format!(
+                    "{why}\n\n{}\nReply /plan continue to go on.",
+                    plan.summary_text()
+                );
+                return Ok(outcome);
+            }
             let _ = tracker.update(i + 1, StepStatus::InProgress, None).await;
             let mut failure = None;
             for attempt in 1..=2 {
@@ -196,6 +209,7 @@ impl Engine {
             let request = ChatRequest {
                 system: system.clone(),
                 messages: messages.clone(),
+                volatile: None,
                 tools: tools.clone(),
                 affinity: Some(session.key.as_str().into()),
             };
@@ -263,6 +277,7 @@ impl Engine {
         let request = ChatRequest {
             system: self.system_prompt(persona, Some(SUMMARY_PROMPT)),
             messages: vec![ChatMessage::text(Role::User, text.clone())],
+            volatile: None,
             tools: Arc::from([]),
             affinity: Some(session.key.as_str().into()),
         };

@@ -55,14 +55,16 @@ impl Engine {
         let mut compacted_after_error = false;
         let affinity: Arc<str> = session.key.as_str().into();
         let mut calls = 0;
+        let system = self.system_prompt(persona, None);
         while calls < max {
             let mut messages = history.clone();
             messages.extend(turn_messages.iter().cloned());
-            // While a plan is active, every call ends its system prompt with the Active Plan.
-            let system = self.system_prompt(persona, tracker.section().await.as_deref());
+            // While a plan is active, every call shows the Active Plan after the history:
+            // the system prompt stays the same from call to call (the provider's cache keeps it).
             let request = ChatRequest {
-                system,
+                system: system.clone(),
                 messages,
+                volatile: tracker.section().await,
                 tools: tools.clone(),
                 affinity: Some(affinity.clone()),
             };

@@ -51,6 +51,9 @@ pub struct CallScope<'a> {
     pub agent: &'a str,
     pub sender: Option<&'a str>,
     pub route: &'a ChatRoute,
+    /// The person's message this work traces back to, in `route`'s chat (a subagent's: the
+    /// message its tree started from): one message's limits count under it.
+    pub origin_message: Option<&'a str>,
 }
 
 /// A tool call about to run (or that ran).
@@ -70,6 +73,34 @@ pub struct ModelCallFacts<'a> {
     pub kind: CallKind,
     /// The model asked for first (the chain may answer with a fallback).
     pub model: &'a ModelRef,
+    /// Unique in this process: `before_model` and `after_model` of one call share it.
+    pub call_id: u64,
+    /// The request's input tokens, estimated on the high side before the call.
+    pub estimated_input_tokens: i64,
+}
+
+/// How a model call that was allowed ended.
+#[derive(Debug, Clone, Copy)]
+pub enum ModelOutcome<'a> {
+    /// `by` answered (the first model or a fallback), using `usage`.
+    Answered { by: &'a ModelRef, usage: &'a Usage },
+    /// No model answered (or a later gate refused the call).
+    Failed,
+}
+
+/// Work that is a run of its own: a subagent (spawned, delegated or a team task's) or one
+/// step of a `steps` plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    Subagent,
+    PlanStep,
+}
+
+/// A run about to start.
+#[derive(Debug, Clone, Copy)]
+pub struct RunFacts<'a> {
+    pub scope: CallScope<'a>,
+    pub kind: RunKind,
 }
 
 /// A gate's answer before a call.
@@ -92,13 +123,16 @@ pub trait Gate: Send + Sync {
     async fn before_model(&self, _call: &ModelCallFacts<'_>) -> Verdict {
         Verdict::Allow
     }
-    /// A call that got an answer: which model gave it and what it used.
-    async fn after_model(
-        &self,
-        _call: &ModelCallFacts<'_>,
-        _answered_by: &ModelRef,
-        _usage: &Usage,
-    ) {
+    /// Every call `before_model` allowed ends here once: answered (by which model, using
+    /// what) or failed.
+    async fn after_model(&self, _call: &ModelCallFacts<'_>, _outcome: ModelOutcome<'_>) {}
+    /// A subagent run or a plan step about to start (a refusal: it does not start).
+    async fn before_run(&self, _run: &RunFacts<'_>) -> Verdict {
+        Verdict::Allow
+    }
+    /// A person's message about to be answered by the model (not a chat command).
+    async fn before_turn(&self, _scope: &CallScope<'_>) -> Verdict {
+        Verdict::Allow
     }
 }
 
@@ -133,16 +167,36 @@ impl Gate for Gates {
         }
     }
     async fn before_model(&self, call: &ModelCallFacts<'_>) -> Verdict {
-        for gate in &self.0 {
+        for (i, gate) in self.0.iter().enumerate() {
             if let Verdict::Refuse(why) = gate.before_model(call).await {
+                // The gates that allowed it (and may hold something for it) hear it ended.
+                for earlier in &self.0[..i] {
+                    earlier.after_model(call, ModelOutcome::Failed).await;
+                }
                 return Verdict::Refuse(why);
             }
         }
         Verdict::Allow
     }
-    async fn after_model(&self, call: &ModelCallFacts<'_>, answered_by: &ModelRef, usage: &Usage) {
+    async fn after_model(&self, call: &ModelCallFacts<'_>, outcome: ModelOutcome<'_>) {
         for gate in &self.0 {
-            gate.after_model(call, answered_by, usage).await;
+            gate.after_model(call, outcome).await;
         }
+    }
+    async fn before_run(&self, run: &RunFacts<'_>) -> Verdict {
+        for gate in &self.0 {
+            if let Verdict::Refuse(why) = gate.before_run(run).await {
+                return Verdict::Refuse(why);
+            }
+        }
+        Verdict::Allow
+    }
+    async fn before_turn(&self, scope: &CallScope<'_>) -> Verdict {
+        for gate in &self.0 {
+            if let Verdict::Refuse(why) = gate.before_turn(scope).await {
+                return Verdict::Refuse(why);
+            }
+        }
+        Verdict::Allow
     }
 }

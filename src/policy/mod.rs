@@ -9,6 +9,7 @@ mod gate;
 mod persona;
 
 pub use gate::{
-    AllowAll, CallKind, CallScope, Gate, Gates, ModelCallFacts, ToolCallFacts, Verdict,
+    AllowAll, CallKind, CallScope, Gate, Gates, ModelCallFacts, ModelOutcome, RunFacts, RunKind,
+    ToolCallFacts, Verdict,
 };
 pub use persona::{ChildChoice, Persona, PersonaParts, Personas, RunPersona, Teammates};

@@ -10,7 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 const API_VERSION: &str = "2023-06-01";
-const MAX_TOKENS: u32 = 8192;
+const MAX_TOKENS: u32 = super::MAX_OUTPUT_TOKENS;
 
 pub struct AnthropicProvider {
     /// Where the client comes from, asked on each call (built on the first, not at start-up).
@@ -73,6 +73,21 @@ impl AnthropicProvider {
                 }
             }
         }
+        // Cache breakpoints: the tools and the system prompt (stable from call to call),
+        // and the history up to the newest message (the next call of the turn reads it back).
+        if let Some(last) = messages.last_mut() {
+            mark_cached(last);
+        }
+        if let Some(volatile) = &request.volatile {
+            let block = json!({"type": "text", "text": volatile});
+            match messages.last_mut() {
+                Some(last) if last["role"] == "user" => {
+                    as_blocks(last);
+                    last["content"].as_array_mut().expect("blocks").push(block);
+                }
+                _ => messages.push(json!({"role": "user", "content": [block]})),
+            }
+        }
         let mut body = json!({
             "model": model,
             "max_tokens": MAX_TOKENS,
@@ -80,16 +95,35 @@ impl AnthropicProvider {
             "stream": true,
         });
         if !request.system.is_empty() {
-            body["system"] = json!(request.system);
+            body["system"] = json!([{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]);
         }
         if !request.tools.is_empty() {
-            body["tools"] = request
+            let mut tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters.as_ref()}))
                 .collect();
+            if let Some(last) = tools.last_mut() {
+                last["cache_control"] = json!({"type": "ephemeral"});
+            }
+            body["tools"] = Value::Array(tools);
         }
         body
+    }
+}
+
+/// A message's content as a list of blocks (a plain string becomes one text block).
+fn as_blocks(message: &mut Value) {
+    if let Some(text) = message["content"].as_str() {
+        message["content"] = json!([{"type": "text", "text": text}]);
+    }
+}
+
+/// Mark the end of `message` as a cache breakpoint (its last block).
+fn mark_cached(message: &mut Value) {
+    as_blocks(message);
+    if let Some(block) = message["content"].as_array_mut().and_then(|b| b.last_mut()) {
+        block["cache_control"] = json!({"type": "ephemeral"});
     }
 }
 

@@ -118,14 +118,22 @@ pub struct ToolSpec {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
+    /// The stable part of the system prompt (persona, features' sections): byte-identical
+    /// from call to call, so a provider's prompt cache keeps it and the history after it.
     pub system: String,
     pub messages: Vec<ChatMessage>,
+    /// What changes from call to call (the Active Plan): sent after the history, so it does
+    /// not rewrite the cached prefix.
+    pub volatile: Option<String>,
     /// Shared by every call of a turn (thousands of turns may wait at once).
     pub tools: std::sync::Arc<[ToolSpec]>,
     /// Who is asking (the session key): a provider with several API keys keeps a session on
     /// one key while it is healthy.
     pub affinity: Option<std::sync::Arc<str>>,
 }
+
+/// The longest answer a call asks for (Anthropic's `max_tokens`; budgets reserve for it).
+pub const MAX_OUTPUT_TOKENS: u32 = 8_192;
 
 /// What one model call used, as the provider reported it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -56,6 +56,9 @@ impl OpenAiProvider {
             }
             messages.push(msg);
         }
+        if let Some(volatile) = &request.volatile {
+            messages.push(json!({"role": "system", "content": volatile}));
+        }
         let mut body = json!({
             "model": model,
             "messages": messages,

@@ -1,7 +1,7 @@
 //! Durable state: sessions, transcripts, the inbound journal and the outbox (SPEC section 11).
 //!
 //! [`Store`] (the sum of one trait per aggregate: journal, leases, sessions, transcripts,
-//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs) is the only way
+//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs, usage) is the only way
 //! the rest of ferroclaw touches the database. Each aggregate is one file holding its trait
 //! and its SQL, written once and expanded for the SQLite and the PostgreSQL store, so the two
 //! cannot drift apart; both pass one conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
@@ -26,6 +26,7 @@ mod states;
 mod teams;
 mod transcripts;
 mod types;
+mod usage;
 
 pub use connect::connect;
 pub use effects::EffectStore;
@@ -47,6 +48,7 @@ pub use states::{
 pub use teams::TeamStore;
 pub use transcripts::TranscriptStore;
 pub use types::*;
+pub use usage::{BudgetHold, NewUsage, UsageFilter, UsageGroup, UsageStore, UsageTotal};
 
 use async_trait::async_trait;
 use ferroclaw_channel_core::{ChatRoute, InboundMessage};
@@ -85,6 +87,7 @@ pub trait Store:
     + TeamStore
     + JobStore
     + DueJobStore
+    + UsageStore
     + Send
     + Sync
 {

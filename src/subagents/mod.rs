@@ -292,6 +292,18 @@ impl Registry {
                 scope.depth
             )));
         }
+        // Each run counts toward what the message behind it may start.
+        let scope_facts = crate::policy::CallScope {
+            session_key: &scope.parent_session,
+            agent: &scope.agent.id,
+            sender: None,
+            route: &scope.origin,
+            origin_message: scope.origin_message.as_deref(),
+        };
+        self.engine
+            .admit_run(scope_facts, crate::policy::RunKind::Subagent)
+            .await
+            .map_err(SpawnError::Refused)?;
         // Who the child runs as: one resolver for user turns and children alike.
         let own = scope.agent.id.as_str();
         let crate::policy::ChildChoice {

@@ -10,6 +10,7 @@ mod auth_profiles;
 mod chaos;
 mod chat_cli;
 mod config_check;
+mod cost;
 mod discord;
 mod engine_loop;
 mod hardening;

@@ -20,7 +20,21 @@ fn tool_results(body: &Value) -> usize {
     crate::common::llm::tool_results(body).len()
 }
 
+/// What a call's instructions say: its system prompt, then what it shows after the
+/// history (the Active Plan rides there, outside the cached prefix).
 fn system(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "system")
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// The stable prefix a provider caches: the system prompt (the first message).
+fn stable_prefix(body: &Value) -> String {
     body["messages"][0]["content"]
         .as_str()
         .unwrap_or_default()
@@ -140,9 +154,31 @@ async fn plan_tracks_steps_in_every_prompt_edits_its_card_and_survives_a_restart
             .contains("❌ 2. Fix the build — the build broke")
     );
 
-    // Every execution call carries the Active Plan with the right markers and results.
+    // Every execution call carries the Active Plan with the right markers and results,
+    // after the history: the system prompt before it is byte-identical from step to step.
     let calls = execution_calls(&llm.requests());
     assert_eq!(calls.len(), 4);
+    let prefixes: std::collections::HashSet<String> = llm
+        .requests()
+        .iter()
+        .filter(|r| !system(&r.body).contains("## Planning"))
+        .map(|r| stable_prefix(&r.body))
+        .collect();
+    assert_eq!(prefixes.len(), 1, "the cached prefix changed: {prefixes:?}");
+    assert!(!prefixes.iter().next().unwrap().contains("## Active Plan"));
+    for r in llm
+        .requests()
+        .iter()
+        .filter(|r| system(&r.body).contains("## Active Plan"))
+    {
+        let last = r.body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["role"], "system", "the Active Plan comes last: {last}");
+    }
     assert!(
         calls
             .iter()

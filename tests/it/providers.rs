@@ -15,6 +15,7 @@ fn request() -> ChatRequest {
     ChatRequest {
         system: "be brief".into(),
         messages: vec![ChatMessage::text(Role::User, "hi")],
+        volatile: Some("step 2 of 3".into()),
         tools: std::sync::Arc::new([ToolSpec {
             name: "lookup".into(),
             description: "d".into(),
@@ -74,7 +75,26 @@ async fn text_and_tool_call_streams_cut_into_three_byte_pieces_are_reassembled_i
         requests[1].body["tools"][0]["name"], "lookup",
         "Anthropic tools format"
     );
-    assert_eq!(requests[1].body["system"], "be brief");
+    // The stable prefix first, marked for Anthropic's prompt cache; what changes per call
+    // (`volatile`) after the history, outside it.
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(
+        requests[0].body["messages"][0],
+        json!({"role": "system", "content": "be brief"})
+    );
+    assert_eq!(
+        requests[0].body["messages"][2],
+        json!({"role": "system", "content": "step 2 of 3"})
+    );
+    assert_eq!(requests[1].body["system"][0]["text"], "be brief");
+    assert_eq!(requests[1].body["system"][0]["cache_control"], ephemeral);
+    assert_eq!(requests[1].body["tools"][0]["cache_control"], ephemeral);
+    let last = &requests[1].body["messages"][0]["content"];
+    assert_eq!(
+        last[0],
+        json!({"type": "text", "text": "hi", "cache_control": ephemeral})
+    );
+    assert_eq!(last[1], json!({"type": "text", "text": "step 2 of 3"}));
 }
 
 #[tokio::test]

@@ -1,9 +1,9 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
 use ferroclaw::storage::{
-    JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, OutboxState, PairingState,
-    PostgresStore, RunMode, RunRow, RunState, SqliteStore, Store, StoreError, TranscriptRole,
-    TurnCommit,
+    BudgetHold, JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, NewUsage,
+    OutboxState, PairingState, PostgresStore, RunMode, RunRow, RunState, SqliteStore, Store,
+    StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -957,6 +957,157 @@ async fn suite(store: Arc<dyn Store>) {
     leases_have_one_holder_and_expire(&*store).await;
     team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
     effects_are_kept_once_and_forgotten(&*store).await;
+    usage_is_reported_and_caps_hold_under_a_race(store.clone()).await;
+    rate_windows_count_and_say_when(&*store).await;
+}
+
+fn usage_row(day: &str, user: &str, chat: &str, model: &str, cost: f64) -> NewUsage {
+    NewUsage {
+        at_ms: 1,
+        day: day.into(),
+        session_key: format!("s-{chat}"),
+        agent: "main".into(),
+        channel: "webhook:w".into(),
+        chat: chat.into(),
+        user: (!user.is_empty()).then(|| user.to_string()),
+        kind: "user_turn".into(),
+        model: model.into(),
+        input_tokens: 1_000,
+        output_tokens: 100,
+        cached_input_tokens: 400,
+        cache_write_tokens: 0,
+        cost_usd: cost,
+        priced: cost > 0.0,
+    }
+}
+
+/// Usage sums by day range, person, chat and group; a cap takes reservations only while
+/// they fit, all of a call's caps or none, also when 20 race for the last dollar.
+async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
+    for row in [
+        usage_row("2026-11-30", "w:alice", "w:c1", "p/a", 0.5),
+        usage_row("2026-12-01", "w:alice", "w:c1", "p/a", 0.25),
+        usage_row("2026-12-01", "w:bob", "w:c2", "p/b", 1.0),
+        usage_row("2026-12-02", "", "w:c2", "p/b", 0.0),
+    ] {
+        store.usage_record(&row, None).await.unwrap();
+    }
+    let december = UsageFilter {
+        from_day: "2026-12-01".into(),
+        to_day: "2026-12-31".into(),
+        user: None,
+        chat: None,
+    };
+    let total = store.usage_report(&december, None).await.unwrap();
+    assert_eq!(total.len(), 1);
+    assert_eq!(total[0].calls, 3);
+    assert_eq!(total[0].input_tokens, 3_000);
+    assert_eq!(total[0].cached_input_tokens, 1_200);
+    assert_eq!(total[0].unpriced_calls, 1);
+    assert!((total[0].cost_usd - 1.25).abs() < 1e-9);
+    let by_user = store
+        .usage_report(&december, Some(UsageGroup::User))
+        .await
+        .unwrap();
+    let keys: Vec<(&str, i64)> = by_user.iter().map(|r| (r.key.as_str(), r.calls)).collect();
+    assert_eq!(
+        keys,
+        [("w:bob", 1), ("w:alice", 1), ("", 1)],
+        "dearest first"
+    );
+    let alice_chat = UsageFilter {
+        chat: Some("w:c1".into()),
+        from_day: "2026-11-01".into(),
+        ..december.clone()
+    };
+    let by_day = store
+        .usage_report(&alice_chat, Some(UsageGroup::Day))
+        .await
+        .unwrap();
+    assert_eq!(by_day.len(), 2);
+    let nobody = UsageFilter {
+        user: Some("w:carol".into()),
+        ..december.clone()
+    };
+    assert_eq!(store.usage_report(&nobody, None).await.unwrap()[0].calls, 0);
+
+    // All caps or none: the second cap is full, so the first takes nothing either.
+    let hold = |budget: &str, cap: f64| BudgetHold {
+        budget: budget.into(),
+        period: "2026-12-03".into(),
+        cap_usd: cap,
+    };
+    let both = [hold("user:w:alice", 10.0), hold("total", 1.0)];
+    assert_eq!(store.budget_reserve(&both, 0.6).await.unwrap(), Ok(()));
+    assert_eq!(store.budget_reserve(&both, 0.6).await.unwrap(), Err(1));
+    assert!(
+        (store
+            .budget_spent("user:w:alice", "2026-12-03")
+            .await
+            .unwrap()
+            - 0.6)
+            .abs()
+            < 1e-9
+    );
+    // Settling to the real cost gives the rest of the reservation back.
+    let mut settled = usage_row("2026-12-03", "w:alice", "w:c1", "p/a", 0.1);
+    settled.at_ms = 2;
+    store
+        .usage_record(&settled, Some((&both, 0.1 - 0.6)))
+        .await
+        .unwrap();
+    assert!((store.budget_spent("total", "2026-12-03").await.unwrap() - 0.1).abs() < 1e-9);
+    store.budget_settle(&both, -0.1).await.unwrap();
+
+    // 20 reservations of $0.30 race for a $1.00 cap: exactly three fit.
+    let cap = [hold("chat:w:race", 1.0)];
+    let racers = (0..20).map(|_| {
+        let store = store.clone();
+        let cap = cap.clone();
+        tokio::spawn(async move { store.budget_reserve(&cap, 0.3).await.unwrap().is_ok() })
+    });
+    let won = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().unwrap())
+        .count();
+    assert_eq!(won, 3);
+    let spent = store
+        .budget_spent("chat:w:race", "2026-12-03")
+        .await
+        .unwrap();
+    assert!((spent - 0.9).abs() < 1e-9, "{spent}");
+}
+
+/// The rate windows count each message once and say when the next one fits.
+async fn rate_windows_count_and_say_when(store: &dyn Store) {
+    let windows = [(60_000, 2)];
+    assert_eq!(
+        store.rate_take("w:alice", 1_000, &windows).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.rate_take("w:alice", 2_000, &windows).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.rate_take("w:alice", 3_000, &windows).await.unwrap(),
+        Some(61_000),
+        "full: the oldest leaves the window at 61 s"
+    );
+    assert_eq!(
+        store.rate_take("w:alice", 4_000, &windows).await.unwrap(),
+        Some(61_000),
+        "a refused message is not counted"
+    );
+    assert_eq!(
+        store.rate_take("w:bob", 4_000, &windows).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.rate_take("w:alice", 61_500, &windows).await.unwrap(),
+        None
+    );
 }
 
 /// Recorded effects (tool results, streamed previews' message ids): the first record wins,

@@ -98,8 +98,14 @@ impl LocalProvider {
 /// The request as chat messages (role, content) for the model's template.
 fn chat(request: &ChatRequest) -> Vec<(String, String)> {
     let mut out = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        out.push(("system".to_string(), request.system.clone()));
+    // No prompt cache here: what changes per call joins the system prompt.
+    let system = match &request.volatile {
+        Some(volatile) if request.system.is_empty() => volatile.clone(),
+        Some(volatile) => format!("{}\n\n{volatile}", request.system),
+        None => request.system.clone(),
+    };
+    if !system.is_empty() {
+        out.push(("system".to_string(), system));
     }
     for message in &request.messages {
         match message.role {

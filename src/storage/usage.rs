@@ -1,0 +1,341 @@
+//! Model usage and what it cost, the spend held against each cap, and the rate limits'
+//! record of who wrote when (SPEC section 16).
+//!
+//! The trait and its rows, then its SQL, written once for both dialects: the macro below
+//! expands the same bodies for SQLite and PostgreSQL. A reservation is one conditional
+//! upsert per cap (the database checks the cap in the statement that adds to it), so several
+//! processes on one PostgreSQL cannot both take the last dollar.
+
+use super::*;
+use async_trait::async_trait;
+
+/// One model call's usage, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewUsage {
+    pub at_ms: i64,
+    /// The UTC date of `at_ms` (`YYYY-MM-DD`).
+    pub day: String,
+    pub session_key: String,
+    pub agent: String,
+    pub channel: String,
+    /// `<channel>:<chat id>`.
+    pub chat: String,
+    /// `<channel>:<user id>` when a person's message caused the call.
+    pub user: Option<String>,
+    pub kind: String,
+    /// The model that answered (`<provider>/<model>`).
+    pub model: String,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cached_input_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub cost_usd: f64,
+    /// False when the model has no configured price (its cost counts as 0).
+    pub priced: bool,
+}
+
+/// What a usage report groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageGroup {
+    User,
+    Chat,
+    Agent,
+    Model,
+    Kind,
+    Day,
+}
+
+impl UsageGroup {
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "user" => UsageGroup::User,
+            "chat" => UsageGroup::Chat,
+            "agent" => UsageGroup::Agent,
+            "model" => UsageGroup::Model,
+            "kind" => UsageGroup::Kind,
+            "day" => UsageGroup::Day,
+            _ => return None,
+        })
+    }
+
+    /// The column (a fixed name, never text from a request).
+    fn column(self) -> &'static str {
+        match self {
+            UsageGroup::User => "COALESCE(user_id, '')",
+            UsageGroup::Chat => "chat",
+            UsageGroup::Agent => "agent",
+            UsageGroup::Model => "model",
+            UsageGroup::Kind => "kind",
+            UsageGroup::Day => "day",
+        }
+    }
+}
+
+/// Which calls a report sums: UTC days `from_day..=to_day`, optionally one person or chat.
+#[derive(Debug, Clone, Default)]
+pub struct UsageFilter {
+    pub from_day: String,
+    pub to_day: String,
+    pub user: Option<String>,
+    pub chat: Option<String>,
+}
+
+/// Sums over a report's group (key empty when not grouped).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageTotal {
+    pub key: String,
+    pub calls: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cached_input_tokens: i64,
+    pub cache_write_tokens: i64,
+    pub cost_usd: f64,
+    /// Calls of models without a price.
+    pub unpriced_calls: i64,
+}
+
+/// One cap a call is held against: the budget's key (`user:<channel>:<id>`, `total`, ...),
+/// its period (`2026-12-03` or `2026-12`) and the cap in USD.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetHold {
+    pub budget: String,
+    pub period: String,
+    pub cap_usd: f64,
+}
+
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Record one call's usage; with `settle`, also move the holds' spend by `delta`
+    /// (the real cost minus the reservation), in the same transaction.
+    async fn usage_record(
+        &self,
+        usage: &NewUsage,
+        settle: Option<(&[BudgetHold], f64)>,
+    ) -> StoreResult<()>;
+    /// Move the holds' spend by `delta` (a call that got no answer gives its reservation back).
+    async fn budget_settle(&self, holds: &[BudgetHold], delta: f64) -> StoreResult<()>;
+    /// Add `amount` to every hold's spend, all or none: `Err(i)` names the first hold (in
+    /// the order given) whose cap it would pass, and nothing is added.
+    async fn budget_reserve(
+        &self,
+        holds: &[BudgetHold],
+        amount: f64,
+    ) -> StoreResult<Result<(), usize>>;
+    /// What each hold has spent (settled and reserved) in its period.
+    async fn budget_spent(&self, budget: &str, period: &str) -> StoreResult<f64>;
+    /// Sums of the calls `filter` selects, grouped (largest cost first) or in one row.
+    async fn usage_report(
+        &self,
+        filter: &UsageFilter,
+        group: Option<UsageGroup>,
+    ) -> StoreResult<Vec<UsageTotal>>;
+    /// Count a message of `subject` at `now_ms` unless a window is full. `windows` are
+    /// (length ms, most messages); `Some(t)` (not counted) is when the next one fits.
+    async fn rate_take(
+        &self,
+        subject: &str,
+        now_ms: i64,
+        windows: &[(i64, u32)],
+    ) -> StoreResult<Option<i64>>;
+}
+
+/// When the next message fits, given the times of the messages in the longest window
+/// (oldest first); None when every window has room.
+fn rate_verdict(hits: &[i64], now_ms: i64, windows: &[(i64, u32)]) -> Option<i64> {
+    windows
+        .iter()
+        .filter_map(|&(length, max)| {
+            let inside: Vec<i64> = hits
+                .iter()
+                .copied()
+                .filter(|at| *at > now_ms - length)
+                .collect();
+            let over = inside.len().checked_sub(max as usize)?;
+            // The window has room again once its `over + 1` oldest hits have left it.
+            Some(inside[over] + length)
+        })
+        .max()
+}
+
+macro_rules! usage_sums {
+    () => {
+        "count(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(cached_input_tokens), 0) AS BIGINT), CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(cost_usd), 0.0) AS DOUBLE PRECISION), CAST(COALESCE(SUM(1 - priced), 0) AS BIGINT) \
+         FROM model_usage WHERE day >= "
+    };
+}
+
+macro_rules! sql {
+    ($store:ty, $db:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::storage::UsageStore for $store {
+            async fn usage_record(&self, u: &NewUsage, settle: Option<(&[BudgetHold], f64)>) -> $crate::storage::StoreResult<()> {
+                let mut tx = self.write.begin().await?;
+                sqlx::query(
+                    "INSERT INTO model_usage (at, day, session_key, agent, channel, chat, user_id, kind, model, \
+                     input_tokens, output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, priced) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                )
+                .bind(u.at_ms)
+                .bind(&u.day)
+                .bind(&u.session_key)
+                .bind(&u.agent)
+                .bind(&u.channel)
+                .bind(&u.chat)
+                .bind(&u.user)
+                .bind(&u.kind)
+                .bind(&u.model)
+                .bind(u.input_tokens)
+                .bind(u.output_tokens)
+                .bind(u.cached_input_tokens)
+                .bind(u.cache_write_tokens)
+                .bind(u.cost_usd)
+                .bind(i64::from(u.priced))
+                .execute(&mut *tx)
+                .await?;
+                if let Some((holds, delta)) = settle {
+                    for hold in holds {
+                        sqlx::query("UPDATE budget_spend SET spent_usd = spent_usd + $3 WHERE budget = $1 AND period = $2")
+                            .bind(&hold.budget).bind(&hold.period).bind(delta)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn budget_settle(&self, holds: &[BudgetHold], delta: f64) -> $crate::storage::StoreResult<()> {
+                let mut tx = self.write.begin().await?;
+                for hold in holds {
+                    sqlx::query("UPDATE budget_spend SET spent_usd = spent_usd + $3 WHERE budget = $1 AND period = $2")
+                        .bind(&hold.budget).bind(&hold.period).bind(delta)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn budget_reserve(&self, holds: &[BudgetHold], amount: f64) -> $crate::storage::StoreResult<Result<(), usize>> {
+                let mut tx = self.write.begin().await?;
+                // Rows are taken in one order (budget, period) by every process: two
+                // reservations never wait on each other's rows crosswise.
+                let mut order: Vec<usize> = (0..holds.len()).collect();
+                order.sort_by(|a, b| (&holds[*a].budget, &holds[*a].period).cmp(&(&holds[*b].budget, &holds[*b].period)));
+                for i in order {
+                    let hold = &holds[i];
+                    let taken: Vec<f64> = sqlx::query_scalar(
+                        "INSERT INTO budget_spend (budget, period, spent_usd) SELECT $1, $2, $3 WHERE $3 <= $4 \
+                         ON CONFLICT (budget, period) DO UPDATE SET spent_usd = budget_spend.spent_usd + excluded.spent_usd \
+                         WHERE budget_spend.spent_usd + excluded.spent_usd <= $4 RETURNING spent_usd",
+                    )
+                    .bind(&hold.budget).bind(&hold.period).bind(amount).bind(hold.cap_usd)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if taken.is_empty() {
+                        tx.rollback().await?;
+                        return Ok(Err(i));
+                    }
+                }
+                tx.commit().await?;
+                Ok(Ok(()))
+            }
+
+            async fn budget_spent(&self, budget: &str, period: &str) -> $crate::storage::StoreResult<f64> {
+                let spent: Option<f64> = sqlx::query_scalar("SELECT spent_usd FROM budget_spend WHERE budget = $1 AND period = $2")
+                    .bind(budget)
+                    .bind(period)
+                    .fetch_optional(&self.read)
+                    .await?;
+                Ok(spent.unwrap_or(0.0))
+            }
+
+            async fn usage_report(&self, filter: &UsageFilter, group: Option<UsageGroup>) -> $crate::storage::StoreResult<Vec<UsageTotal>> {
+                let mut query = sqlx::QueryBuilder::<$db>::new("SELECT ");
+                match group {
+                    Some(group) => query.push(group.column()),
+                    None => query.push("''"),
+                };
+                query.push(", ");
+                query.push(usage_sums!());
+                query.push_bind(&filter.from_day);
+                query.push(" AND day <= ");
+                query.push_bind(&filter.to_day);
+                if let Some(user) = &filter.user {
+                    query.push(" AND user_id = ");
+                    query.push_bind(user);
+                }
+                if let Some(chat) = &filter.chat {
+                    query.push(" AND chat = ");
+                    query.push_bind(chat);
+                }
+                if let Some(group) = group {
+                    query.push(" GROUP BY ");
+                    query.push(group.column());
+                    query.push(" ORDER BY 7 DESC, 1");
+                }
+                let rows: Vec<(String, i64, i64, i64, i64, i64, f64, i64)> =
+                    query.build_query_as().fetch_all(&self.read).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(key, calls, input_tokens, output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, unpriced_calls)| UsageTotal {
+                        key, calls, input_tokens, output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, unpriced_calls,
+                    })
+                    .collect())
+            }
+
+            async fn rate_take(&self, subject: &str, now_ms: i64, windows: &[(i64, u32)]) -> $crate::storage::StoreResult<Option<i64>> {
+                let longest = windows.iter().map(|w| w.0).max().unwrap_or(0);
+                let mut tx = self.write.begin().await?;
+                sqlx::query("DELETE FROM rate_hits WHERE subject = $1 AND at <= $2")
+                    .bind(subject)
+                    .bind(now_ms - longest)
+                    .execute(&mut *tx)
+                    .await?;
+                let hits: Vec<i64> = sqlx::query_scalar("SELECT at FROM rate_hits WHERE subject = $1 ORDER BY at")
+                    .bind(subject)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let verdict = rate_verdict(&hits, now_ms, windows);
+                if verdict.is_none() {
+                    sqlx::query("INSERT INTO rate_hits (subject, at) VALUES ($1, $2)")
+                        .bind(subject)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(verdict)
+            }
+        }
+    };
+}
+
+sql!(super::SqliteStore, sqlx::Sqlite);
+sql!(super::PostgresStore, sqlx::Postgres);
+
+#[cfg(test)]
+mod tests {
+    use super::rate_verdict;
+
+    #[test]
+    fn a_full_window_says_when_its_oldest_hit_leaves() {
+        let minute = 60_000;
+        // Two a minute: the third within the minute waits for the first to leave.
+        assert_eq!(
+            rate_verdict(&[1_000, 2_000], 3_000, &[(minute, 2)]),
+            Some(61_000)
+        );
+        assert_eq!(rate_verdict(&[1_000], 3_000, &[(minute, 2)]), None);
+        // Hits older than the window do not count.
+        assert_eq!(rate_verdict(&[1_000, 2_000], 62_000, &[(minute, 2)]), None);
+        // The later of two full windows decides.
+        let hour = 3_600_000;
+        assert_eq!(
+            rate_verdict(&[0, 1_000, 50_000], 55_000, &[(minute, 5), (hour, 3)]),
+            Some(hour)
+        );
+    }
+}

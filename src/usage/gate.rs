@@ -1,0 +1,207 @@
+//! The cost gate: counts a message's reach, holds a model call's worst case against the
+//! caps before it is made, records what it used and cost after, and keeps people within
+//! their message rate.
+
+use super::budgets::{self, Holds};
+use super::prices::Prices;
+use super::reach::{Counted, Reach};
+use crate::config::Config;
+use crate::policy::{CallScope, Gate, ModelCallFacts, ModelOutcome, RunFacts, RunKind, Verdict};
+use crate::storage::{NewUsage, UsageStore};
+use async_trait::async_trait;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+pub struct CostGate {
+    config: Arc<Config>,
+    store: Arc<dyn UsageStore>,
+    prices: Arc<Prices>,
+    /// Any cap configured: calls reserve before they are made.
+    budgets_on: bool,
+    reach: Reach,
+    /// Reservations of calls in flight, by call id: what they are held against and how much.
+    held: Mutex<HashMap<u64, (Holds, f64)>>,
+    /// `<channel>:<user>` the rate limits skip.
+    exempt: HashSet<String>,
+}
+
+impl CostGate {
+    pub fn new(config: Arc<Config>, store: Arc<dyn UsageStore>, prices: Arc<Prices>) -> Self {
+        CostGate {
+            budgets_on: config.budgets.any(&config.agents),
+            exempt: config.limits.exempt.iter().cloned().collect(),
+            config,
+            store,
+            prices,
+            reach: Reach::default(),
+            held: Mutex::default(),
+        }
+    }
+
+    /// Hold the call's worst case against its caps; the refusal names the cap that is spent.
+    async fn reserve(&self, call: &ModelCallFacts<'_>) -> Verdict {
+        let now = crate::clock::now_ms();
+        let holds = budgets::holds(&self.config, &call.scope, call.kind, now);
+        if holds.holds.is_empty() {
+            return Verdict::Allow;
+        }
+        let amount = self
+            .prices
+            .worst_case(&call.model.to_string(), call.estimated_input_tokens);
+        match self.store.budget_reserve(&holds.holds, amount).await {
+            Ok(Ok(())) => {
+                self.held
+                    .lock()
+                    .expect("held lock")
+                    .insert(call.call_id, (holds, amount));
+                Verdict::Allow
+            }
+            Ok(Err(i)) => {
+                tracing::info!(budget = %holds.holds[i].budget, kind = call.kind.as_str(), "model call refused: budget spent");
+                Verdict::Refuse(holds.refusal(i, now))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not reserve against the budgets");
+                Verdict::Refuse(
+                    "⚠️ The spending caps could not be checked just now (storage unavailable); try again shortly."
+                        .into(),
+                )
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Gate for CostGate {
+    async fn before_turn(&self, scope: &CallScope<'_>) -> Verdict {
+        let limits = &self.config.limits;
+        let Some(sender) = scope.sender else {
+            return Verdict::Allow;
+        };
+        let windows: Vec<(i64, u32)> = [
+            (60_000, limits.messages_per_minute),
+            (3_600_000, limits.messages_per_hour),
+        ]
+        .into_iter()
+        .filter(|(_, max)| *max > 0)
+        .collect();
+        let subject = format!("{}:{sender}", scope.route.channel);
+        if windows.is_empty() || self.exempt.contains(&subject) {
+            return Verdict::Allow;
+        }
+        let now = crate::clock::now_ms();
+        match self.store.rate_take(&subject, now, &windows).await {
+            Ok(None) => Verdict::Allow,
+            Ok(Some(at)) => {
+                tracing::info!(channel = %scope.route.channel, "message over the rate limit");
+                let per = match (limits.messages_per_minute, limits.messages_per_hour) {
+                    (0, hour) => format!("{hour} per hour"),
+                    (minute, 0) => format!("{minute} per minute"),
+                    (minute, hour) => format!("{minute} per minute, {hour} per hour"),
+                };
+                Verdict::Refuse(format!(
+                    "⏳ You are writing faster than this bot answers ({per}); try again in {}.",
+                    super::wait_words(at - now)
+                ))
+            }
+            // The limit protects spending; a store that cannot count refuses nothing here
+            // (the budgets, checked per call, still hold).
+            Err(e) => {
+                tracing::warn!(error = %e, "could not count the message for the rate limit");
+                Verdict::Allow
+            }
+        }
+    }
+
+    async fn before_run(&self, run: &RunFacts<'_>) -> Verdict {
+        let limit = self.config.limits.max_runs_per_message;
+        match self.reach.count(&run.scope, true, limit) {
+            Counted::Within => Verdict::Allow,
+            Counted::Over(limit) => {
+                let what = match run.kind {
+                    RunKind::Subagent => "subagent",
+                    RunKind::PlanStep => "plan step",
+                };
+                tracing::info!(
+                    limit,
+                    what,
+                    "run refused: the message reached its run limit"
+                );
+                Verdict::Refuse(format!(
+                    "refused: the message this work answers has started {limit} runs \
+                     (subagents, delegations, team tasks, plan steps; limits.max_runs_per_message); \
+                     no {what} starts. Report what was finished."
+                ))
+            }
+        }
+    }
+
+    async fn before_model(&self, call: &ModelCallFacts<'_>) -> Verdict {
+        let limit = self.config.limits.max_model_calls_per_message;
+        if let Counted::Over(limit) = self.reach.count(&call.scope, false, limit) {
+            tracing::info!(
+                limit,
+                "model call refused: the message reached its call limit"
+            );
+            return Verdict::Refuse(format!(
+                "⚠️ This message has used its {limit} model calls (limits.max_model_calls_per_message); \
+                 the work stops here with what was finished."
+            ));
+        }
+        if !self.budgets_on {
+            return Verdict::Allow;
+        }
+        self.reserve(call).await
+    }
+
+    async fn after_model(&self, call: &ModelCallFacts<'_>, outcome: ModelOutcome<'_>) {
+        let held = self.held.lock().expect("held lock").remove(&call.call_id);
+        let (by, usage) = match outcome {
+            ModelOutcome::Answered { by, usage } => (by, usage),
+            ModelOutcome::Failed => {
+                // No answer: the reservation goes back.
+                if let Some((holds, amount)) = held
+                    && let Err(e) = self.store.budget_settle(&holds.holds, -amount).await
+                {
+                    tracing::warn!(error = %e, "could not release a budget reservation");
+                }
+                return;
+            }
+        };
+        let model = by.to_string();
+        let cost = self.prices.cost(&model, usage);
+        let tokens = [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached_input", usage.cached_input_tokens),
+            ("cache_write", usage.cache_write_tokens),
+        ];
+        crate::metrics::model_usage(&model, call.kind.as_str(), &tokens, cost);
+        let now = crate::clock::now_ms();
+        let scope = &call.scope;
+        let route = scope.route;
+        let row = NewUsage {
+            at_ms: now,
+            day: crate::clock::utc_day(now),
+            session_key: scope.session_key.to_string(),
+            agent: scope.agent.to_string(),
+            channel: route.channel.clone(),
+            chat: format!("{}:{}", route.channel, route.chat_id),
+            user: scope.sender.map(|s| format!("{}:{s}", route.channel)),
+            kind: call.kind.as_str().to_string(),
+            model,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            cost_usd: cost.unwrap_or(0.0),
+            priced: cost.is_some(),
+        };
+        let settle = held
+            .as_ref()
+            .map(|(holds, amount)| (holds.holds.as_slice(), row.cost_usd - amount));
+        if let Err(e) = self.store.usage_record(&row, settle).await {
+            tracing::warn!(error = %e, "could not record a model call's usage");
+        }
+    }
+}

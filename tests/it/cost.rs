@@ -1,0 +1,350 @@
+//! Cost control through the real `serve` and its signed webhook: usage and cost per call from
+//! the stand-in's reported usage and the configured prices, `/usage` and the admin API in
+//! agreement, the metrics, spending caps that stop a call before it is made, a background
+//! cap that leaves the person chatting, one message's tree stopped at its run limit, and a
+//! rate limit answered with one line while the message stays in the journal.
+
+use crate::common::hook::Hook;
+use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::metrics::{scrape, value};
+use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::wait_for;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const HOOK_SECRET: &str = "hook-secret-COST";
+const ADMIN: &str = "admin-token-COST";
+const ENV: &[(&str, &str)] = &[("FC_HOOK", HOOK_SECRET), ("FC_ADMIN", ADMIN)];
+const MODEL: &str = "standin/test-model";
+
+/// A webhook service with an admin token, `extra` TOML and the stand-in's model priced at
+/// $1,000 per million input tokens and $2,000 per million output tokens (so one call of the
+/// stand-in's 11 + 7 tokens costs $0.025).
+fn cfg(llm: &str, extra: &str) -> String {
+    let extra = format!(
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n\n[prices.\"{MODEL}\"]\n\
+         input_per_mtok = 1000.0\noutput_per_mtok = 2000.0\n\n{extra}"
+    );
+    config_with_llm(llm, &extra).replacen(
+        "[server]\n",
+        "[server]\nadmin_token_env = \"FC_ADMIN\"\n",
+        1,
+    )
+}
+
+/// The text of the replies to one message sent and waited for.
+async fn ask(hook: &Hook, conversation: &str, id: &str, text: &str) -> String {
+    let (status, body) = hook.send(conversation, None, id, text, "?wait=30").await;
+    assert_eq!(status, 200, "{body}");
+    body["replies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn admin_get(service: &Service, path: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("{}{path}", service.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
+    let llm = LlmStandIn::echo().await;
+    let work = Workdir::new(&cfg(&llm.url, ""));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    for i in 0..3 {
+        assert_eq!(
+            ask(&hook, "c1", &format!("m{i}"), "hello").await,
+            "echo: hello"
+        );
+    }
+    assert_eq!(llm.count(), 3);
+
+    // The admin API: three calls of 11 + 7 tokens at the configured prices.
+    let (status, report) = admin_get(&service, "/v1/admin/usage?group_by=user").await;
+    assert_eq!(status, 200, "{report}");
+    let total = &report["total"];
+    assert_eq!(total["calls"], 3);
+    assert_eq!(total["input_tokens"], 33);
+    assert_eq!(total["output_tokens"], 21);
+    assert_eq!(total["unpriced_calls"], 0);
+    let cost = total["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.075).abs() < 1e-9, "{cost}");
+    assert_eq!(report["groups"][0]["key"], "webhook:main:u-7");
+    assert_eq!(report["groups"][0]["calls"], 3);
+    let (_, by_kind) = admin_get(&service, "/v1/admin/usage?group_by=kind").await;
+    assert_eq!(by_kind["groups"][0]["key"], "user_turn");
+
+    // `/usage` in the chat says the same (and is not itself a model call).
+    let usage = ask(&hook, "c1", "m3", "/usage").await;
+    assert!(
+        usage.contains("You — today: 3 calls, 33 tokens in (0% from cache), 21 out, $0.0750"),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("This chat — this month: 3 calls, 33 tokens in"),
+        "{usage}"
+    );
+    assert!(usage.contains(&format!("• {MODEL} — 3 calls")), "{usage}");
+    assert_eq!(llm.count(), 3);
+
+    // The metrics count every call's tokens by direction and its cost.
+    let samples = scrape(&service.base).await;
+    let labels = |direction| {
+        [
+            ("model", MODEL),
+            ("kind", "user_turn"),
+            ("direction", direction),
+        ]
+    };
+    assert_eq!(
+        value(&samples, "ferroclaw_model_tokens_total", &labels("input")),
+        33.0
+    );
+    assert_eq!(
+        value(&samples, "ferroclaw_model_tokens_total", &labels("output")),
+        21.0
+    );
+    let spent = value(
+        &samples,
+        "ferroclaw_cost_usd_total",
+        &[("model", MODEL), ("kind", "user_turn")],
+    );
+    assert!((spent - 0.075).abs() < 1e-9, "{spent}");
+
+    // Bad queries name the field.
+    let (status, body) = admin_get(&service, "/v1/admin/usage?from=yesterday").await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("`from`"), "{body}");
+    let (status, body) = admin_get(&service, "/v1/admin/usage?group_by=planet").await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("`group_by`"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_over_the_daily_cap_is_not_made_and_the_person_is_told() {
+    let llm = LlmStandIn::echo().await;
+    let work = Workdir::new(&cfg(&llm.url, "[budgets]\nuser_daily_usd = 0.01\n"));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    let answer = ask(&hook, "c1", "m1", "hello").await;
+    assert!(
+        answer.contains("Your daily budget (budgets.user_daily_usd = $0.0100) is spent")
+            && answer.contains("resets at 00:00 UTC"),
+        "{answer}"
+    );
+    assert_eq!(llm.count(), 0, "no model call was made");
+    // Chat commands still answer.
+    let usage = ask(&hook, "c1", "m2", "/usage").await;
+    assert!(usage.contains("You — today: nothing yet"), "{usage}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn background_work_over_its_cap_stops_while_the_person_chats_on() {
+    let llm = LlmStandIn::start(|body: &Value, _| {
+        let last = last_user(body);
+        if last == "research it" {
+            Behaviour::tool(
+                "sessions_spawn",
+                json!({"task": "dig into it", "label": "digger"}),
+            )
+        } else if last == "dig into it" {
+            Behaviour::reply("dug")
+        } else {
+            Behaviour::reply(format!("ok: {}", last.chars().take(40).collect::<String>()))
+        }
+    })
+    .await;
+    // Every call reserves at most a few dollars here; background work may not spend a cent.
+    let work = Workdir::new(&cfg(
+        &llm.url,
+        "[budgets]\nbackground_daily_usd = 0.000001\nuser_daily_usd = 1000\n",
+    ));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    ask(&hook, "c1", "m1", "research it").await;
+    let announced = wait_for("the subagent's end", Duration::from_secs(30), || async {
+        let texts: Vec<String> = hook
+            .list("c1", 0)
+            .await
+            .iter()
+            .filter_map(|m| m["text"].as_str().map(str::to_string))
+            .collect();
+        texts
+            .iter()
+            .find(|t| t.contains("background work"))
+            .cloned()
+    })
+    .await;
+    assert!(
+        announced.contains("budgets.background_daily_usd"),
+        "{announced}"
+    );
+    assert!(
+        !llm.requests().iter().any(|r| r.last_user == "dig into it"),
+        "the subagent's call was never made"
+    );
+    let answer = ask(&hook, "c1", "m2", "still there?").await;
+    assert!(answer.contains("ok: still there?"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_message_that_would_start_150_runs_stops_at_50() {
+    let llm = LlmStandIn::start(|body: &Value, _| {
+        let last = last_user(body);
+        let done = crate::common::llm::tool_results(body).len();
+        if last == "fan out" && done < 150 {
+            // Three answers of 50 spawns each (an answer holds at most 64 tool calls).
+            let calls: Vec<(&str, Value)> = (done..done + 50)
+                .map(|i| ("sessions_spawn", json!({"task": format!("part {i}")})))
+                .collect();
+            Behaviour::tools(&calls)
+        } else if last.starts_with("part ") {
+            Behaviour::reply("done")
+        } else {
+            Behaviour::reply("reported")
+        }
+    })
+    .await;
+    let work = Workdir::new(&cfg(
+        &llm.url,
+        "[subagents]\nmax_spawns_per_turn = 500\nmax_children = 500\nmax_concurrent = 8\n",
+    ));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    hook.send("c1", None, "m1", "fan out", "").await;
+    // The turn's second call sees 150 results: 50 started, 100 refused by the limit.
+    let results = wait_for("the spawn results", Duration::from_secs(60), || async {
+        llm.requests().into_iter().find_map(|r| {
+            let results = crate::common::llm::tool_results(&r.body);
+            (results.len() == 150).then_some(results)
+        })
+    })
+    .await;
+    let refused = results
+        .iter()
+        .filter(|r| r.contains("limits.max_runs_per_message"))
+        .count();
+    assert_eq!(refused, 100, "{:?}", &results[..3]);
+    wait_for("50 runs answered", Duration::from_secs(60), || async {
+        let parts = llm
+            .requests()
+            .iter()
+            .filter(|r| r.last_user.starts_with("part "))
+            .count();
+        (parts >= 50).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let parts = llm
+        .requests()
+        .iter()
+        .filter(|r| r.last_user.starts_with("part "))
+        .count();
+    assert_eq!(parts, 50, "exactly 50 runs were started");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_over_rate_message_gets_one_line_and_stays_in_the_journal() {
+    let llm = LlmStandIn::echo().await;
+    let work = Workdir::new(&cfg(&llm.url, "[limits]\nmessages_per_minute = 2\n"));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    assert_eq!(ask(&hook, "c1", "m1", "one").await, "echo: one");
+    // Another chat of the same person counts too.
+    assert_eq!(ask(&hook, "c2", "m2", "two").await, "echo: two");
+    let answer = ask(&hook, "c1", "m3", "three").await;
+    assert!(
+        answer.starts_with(
+            "⏳ You are writing faster than this bot answers (2 per minute); try again in"
+        ),
+        "{answer}"
+    );
+    assert_eq!(llm.count(), 2);
+    // Commands are not counted.
+    let status = ask(&hook, "c1", "m4", "/status").await;
+    assert!(status.contains("Spent today in this chat"), "{status}");
+    service.terminate().await;
+    let db = work.path().join("ferroclaw.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let journalled: Vec<(String, String)> =
+        sqlx::query_as("SELECT platform_id, state FROM inbound WHERE chat_id = 'c1' ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        journalled.contains(&("m3".to_string(), "done".to_string())),
+        "{journalled:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_turns_on_two_instances_stay_within_one_reservation_of_the_cap() {
+    let database = crate::common::pg::fresh_database().await;
+    let llm = LlmStandIn::start(|_, _| Behaviour::slow("ok", Duration::from_millis(200))).await;
+    // No tools and a short prompt: a call's worst case (input at $1,000 per million, output
+    // free) is close to its real cost (11 input tokens: $0.011), so the cap is what stops.
+    let extra = format!(
+        "[storage]\nurl = \"{database}\"\n\n[agents.lean]\ntools = []\n\n[[bindings]]\nagent = \"lean\"\n\
+         channel = \"webhook:main\"\n\n[budgets]\ntotal_daily_usd = 0.1\n"
+    );
+    let config = cfg(&llm.url, &extra).replace("output_per_mtok = 2000.0", "output_per_mtok = 0.0");
+    let (work_a, work_b) = (Workdir::new(&config), Workdir::new(&config));
+    let a = Service::start(&work_a, ENV).await;
+    let b = Service::start(&work_b, ENV).await;
+    let hooks = [Hook::new(&a, HOOK_SECRET), Hook::new(&b, HOOK_SECRET)];
+    let answers = futures::future::join_all((0..20).map(|i| {
+        let hook = &hooks[i % 2];
+        async move { ask(hook, &format!("race-{i}"), &format!("m{i}"), "go").await }
+    }))
+    .await;
+    let answered = answers.iter().filter(|a| a.as_str() == "ok").count();
+    let refused = answers
+        .iter()
+        .filter(|a| {
+            a.contains("The service's daily budget (budgets.total_daily_usd = $0.1000) is spent")
+        })
+        .count();
+    assert_eq!(answered + refused, 20, "{answers:?}");
+    assert!(answered >= 1 && refused >= 1, "{answers:?}");
+    assert_eq!(llm.count(), answered, "a refused call reached no model");
+
+    // What was spent: every answered call's real cost, within one reservation of the cap.
+    let store = ferroclaw::storage::connect(&database).await.unwrap();
+    let today = ferroclaw::clock::utc_day(ferroclaw::clock::now_ms());
+    let filter = ferroclaw::storage::UsageFilter {
+        from_day: today.clone(),
+        to_day: today.clone(),
+        user: None,
+        chat: None,
+    };
+    let spent = store.usage_report(&filter, None).await.unwrap()[0].clone();
+    assert_eq!(spent.calls as usize, answered);
+    assert!(
+        (spent.cost_usd - 0.011 * answered as f64).abs() < 1e-9,
+        "{spent:?}"
+    );
+    let one_reservation = 0.05;
+    assert!(spent.cost_usd <= 0.1 + one_reservation, "{spent:?}");
+    // Nothing is held for calls that ended: the cap's record is what was spent.
+    let held = store.budget_spent("total", &today).await.unwrap();
+    assert!(
+        (held - spent.cost_usd).abs() < 1e-9,
+        "held {held} vs spent {spent:?}"
+    );
+}
