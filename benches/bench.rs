@@ -67,9 +67,17 @@ async fn main() {
         ms(ready[0])
     );
 
-    // 2. Idle memory, load, memory after load.
+    // 2. Idle memory, load, memory after load. `--budgets`: with prices and caps set, so
+    // every model call also reserves and settles (cost control's price per turn).
+    let cost_tables = if flag("--budgets") {
+        println!("with prices and caps: every call reserves and settles");
+        "\n[prices.\"bench/m\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
+         [budgets]\nuser_daily_usd = 1000000.0\nchat_daily_usd = 1000000.0\ntotal_daily_usd = 1000000.0\n"
+    } else {
+        ""
+    };
     let dir = tempfile::tempdir().unwrap();
-    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
+    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, cost_tables).await;
     wait_ready(&base).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     println!("idle RSS: {:.1} MB", rss_mb(child.id(), "VmRSS"));
