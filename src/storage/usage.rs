@@ -105,11 +105,11 @@ pub struct BudgetHold {
 
 #[async_trait]
 pub trait UsageStore: Send + Sync {
-    /// Record one call's usage; with `settle`, also move the holds' spend by `delta`
-    /// (the real cost minus the reservation), in the same transaction.
+    /// Record calls' usage (one statement for them all); with `settle`, also move the
+    /// holds' spend by `delta` (the real cost minus the reservation) in the same transaction.
     async fn usage_record(
         &self,
-        usage: &NewUsage,
+        usage: &[NewUsage],
         settle: Option<(&[BudgetHold], f64)>,
     ) -> StoreResult<()>;
     /// Move the holds' spend by `delta` (a call that got no answer gives its reservation back).
@@ -166,55 +166,65 @@ macro_rules! usage_sums {
     };
 }
 
+/// One statement moving every hold's spend by `$delta` (they share it).
+macro_rules! settle_statement {
+    ($db:ty, $holds:expr, $delta:expr) => {{
+        let mut update =
+            sqlx::QueryBuilder::<$db>::new("UPDATE budget_spend SET spent_usd = spent_usd + ");
+        update.push_bind($delta);
+        update.push(" WHERE ");
+        for (i, hold) in $holds.iter().enumerate() {
+            update.push(if i == 0 {
+                "(budget = "
+            } else {
+                " OR (budget = "
+            });
+            update.push_bind(&hold.budget);
+            update.push(" AND period = ");
+            update.push_bind(&hold.period);
+            update.push(")");
+        }
+        update
+    }};
+}
+
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::storage::UsageStore for $store {
-            async fn usage_record(&self, u: &NewUsage, settle: Option<(&[BudgetHold], f64)>) -> $crate::storage::StoreResult<()> {
-                let mut tx = self.write.begin().await?;
-                sqlx::query(
+            async fn usage_record(&self, rows: &[NewUsage], settle: Option<(&[BudgetHold], f64)>) -> $crate::storage::StoreResult<()> {
+                if rows.is_empty() {
+                    return Ok(());
+                }
+                let mut insert = sqlx::QueryBuilder::<$db>::new(
                     "INSERT INTO model_usage (at, day, session_key, agent, channel, chat, user_id, kind, model, \
-                     input_tokens, output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, priced) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                )
-                .bind(u.at_ms)
-                .bind(&u.day)
-                .bind(&u.session_key)
-                .bind(&u.agent)
-                .bind(&u.channel)
-                .bind(&u.chat)
-                .bind(&u.user)
-                .bind(&u.kind)
-                .bind(&u.model)
-                .bind(u.input_tokens)
-                .bind(u.output_tokens)
-                .bind(u.cached_input_tokens)
-                .bind(u.cache_write_tokens)
-                .bind(u.cost_usd)
-                .bind(i64::from(u.priced))
-                .execute(&mut *tx)
-                .await?;
-                if let Some((holds, delta)) = settle {
-                    for hold in holds {
-                        sqlx::query("UPDATE budget_spend SET spent_usd = spent_usd + $3 WHERE budget = $1 AND period = $2")
-                            .bind(&hold.budget).bind(&hold.period).bind(delta)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
+                     input_tokens, output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, priced) ",
+                );
+                insert.push_values(rows, |mut row, u| {
+                    row.push_bind(u.at_ms).push_bind(&u.day).push_bind(&u.session_key).push_bind(&u.agent)
+                        .push_bind(&u.channel).push_bind(&u.chat).push_bind(&u.user).push_bind(&u.kind)
+                        .push_bind(&u.model).push_bind(u.input_tokens).push_bind(u.output_tokens)
+                        .push_bind(u.cached_input_tokens).push_bind(u.cache_write_tokens).push_bind(u.cost_usd)
+                        .push_bind(i64::from(u.priced));
+                });
+                // Nothing to settle: one statement, no transaction (a round trip, not three).
+                let Some((holds, delta)) = settle else {
+                    insert.build().execute(&self.write).await?;
+                    return Ok(());
+                };
+                let mut tx = self.write.begin().await?;
+                insert.build().execute(&mut *tx).await?;
+                if !holds.is_empty() {
+                    settle_statement!($db, holds, delta).build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())
             }
 
             async fn budget_settle(&self, holds: &[BudgetHold], delta: f64) -> $crate::storage::StoreResult<()> {
-                let mut tx = self.write.begin().await?;
-                for hold in holds {
-                    sqlx::query("UPDATE budget_spend SET spent_usd = spent_usd + $3 WHERE budget = $1 AND period = $2")
-                        .bind(&hold.budget).bind(&hold.period).bind(delta)
-                        .execute(&mut *tx)
-                        .await?;
+                if !holds.is_empty() {
+                    settle_statement!($db, holds, delta).build().execute(&self.write).await?;
                 }
-                tx.commit().await?;
                 Ok(())
             }
 

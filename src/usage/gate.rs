@@ -5,6 +5,7 @@
 use super::budgets::{self, Holds};
 use super::prices::Prices;
 use super::reach::{Counted, Reach};
+use super::writer::UsageWriter;
 use crate::config::Config;
 use crate::policy::{CallScope, Gate, ModelCallFacts, ModelOutcome, RunFacts, RunKind, Verdict};
 use crate::storage::{NewUsage, UsageStore};
@@ -15,6 +16,8 @@ use std::sync::{Arc, Mutex};
 pub struct CostGate {
     config: Arc<Config>,
     store: Arc<dyn UsageStore>,
+    /// Rows of calls with nothing to settle, stored in groups.
+    writer: UsageWriter,
     prices: Arc<Prices>,
     /// Any cap configured: calls reserve before they are made.
     budgets_on: bool,
@@ -31,6 +34,7 @@ impl CostGate {
             budgets_on: config.budgets.any(&config.agents),
             exempt: config.limits.exempt.iter().cloned().collect(),
             config,
+            writer: UsageWriter::start(store.clone()),
             store,
             prices,
             reach: Reach::default(),
@@ -197,10 +201,19 @@ impl Gate for CostGate {
             cost_usd: cost.unwrap_or(0.0),
             priced: cost.is_some(),
         };
-        let settle = held
-            .as_ref()
-            .map(|(holds, amount)| (holds.holds.as_slice(), row.cost_usd - amount));
-        if let Err(e) = self.store.usage_record(&row, settle).await {
+        // A reserved call settles with its row in one transaction; the others are grouped.
+        let stored = match &held {
+            Some((holds, amount)) => {
+                let settle = (holds.holds.as_slice(), row.cost_usd - amount);
+                let rows = std::slice::from_ref(&row);
+                self.store
+                    .usage_record(rows, Some(settle))
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            None => self.writer.record(row).await,
+        };
+        if let Err(e) = stored {
             tracing::warn!(error = %e, "could not record a model call's usage");
         }
     }

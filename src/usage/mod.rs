@@ -11,6 +11,7 @@ mod component;
 mod gate;
 mod prices;
 mod reach;
+mod writer;
 
 pub use component::{COMMANDS, UsageComponent};
 pub use gate::CostGate;

@@ -129,6 +129,9 @@ struct Inner {
     key_rule: Option<Box<KeyRule>>,
     requests: Mutex<Vec<Recorded>>,
     piece: usize,
+    /// Report cached prompt tokens (OpenAI protocol) for the longest byte-identical prefix a
+    /// request shares with an earlier one, as a provider's prompt cache would.
+    prompt_cache: bool,
 }
 
 impl LlmStandIn {
@@ -164,6 +167,23 @@ impl LlmStandIn {
             key_rule: None,
             requests: Mutex::new(Vec::new()),
             piece,
+            prompt_cache: false,
+        })
+        .await
+    }
+
+    /// As [`start`], reporting prompt and cached tokens the way a provider's prompt cache
+    /// does: a token per 4 bytes of the request's tools and messages, cached as far as its
+    /// bytes match an earlier request's from the start (see [`prompt_text`]).
+    pub async fn start_caching(
+        script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
+    ) -> Self {
+        Self::serve(Inner {
+            script: Box::new(script),
+            key_rule: None,
+            requests: Mutex::new(Vec::new()),
+            piece: 7,
+            prompt_cache: true,
         })
         .await
     }
@@ -178,6 +198,7 @@ impl LlmStandIn {
             key_rule: Some(Box::new(key_rule)),
             requests: Mutex::new(Vec::new()),
             piece: 7,
+            prompt_cache: false,
         })
         .await
     }
@@ -264,6 +285,26 @@ fn tool_results_from(body: &Value, start: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// What a provider's prompt cache compares: the tools, then the messages, as sent.
+pub fn prompt_text(body: &Value) -> String {
+    format!("{}{}", body["tools"], body["messages"])
+}
+
+/// (prompt tokens, cached tokens) of `text` after `earlier` prompts: a token per 4 bytes,
+/// cached as far as the longest byte-identical prefix shared with an earlier prompt.
+pub fn cached_tokens<'a>(text: &str, earlier: impl Iterator<Item = &'a str>) -> (usize, usize) {
+    let shared = earlier
+        .map(|e| {
+            e.bytes()
+                .zip(text.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (text.len() / 4, shared / 4)
+}
+
 pub fn last_user(body: &Value) -> String {
     body["messages"]
         .as_array()
@@ -306,6 +347,17 @@ async fn handle(
         Protocol::OpenAi => headers.get("authorization"),
         Protocol::Anthropic => headers.get("x-api-key"),
     };
+    let usage = if state.prompt_cache && protocol == Protocol::OpenAi {
+        let requests = state.requests.lock().unwrap();
+        let earlier: Vec<String> = requests.iter().map(|r| prompt_text(&r.body)).collect();
+        let (prompt, cached) =
+            cached_tokens(&prompt_text(&body), earlier.iter().map(String::as_str));
+        Some(format!(
+            "\"prompt_tokens\":{prompt},\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}}"
+        ))
+    } else {
+        None
+    };
     let index = {
         let mut requests = state.requests.lock().unwrap();
         requests.push(Recorded {
@@ -330,6 +382,10 @@ async fn handle(
         move || state.requests.lock().unwrap()[index].finished = Some(Instant::now())
     };
     let stream = |sse: String, tail_error: bool| {
+        let sse = match &usage {
+            Some(usage) => sse.replace("\"prompt_tokens\":11", usage),
+            None => sse,
+        };
         let mut pieces: Vec<Result<Vec<u8>, std::io::Error>> = sse
             .as_bytes()
             .chunks(state.piece)
