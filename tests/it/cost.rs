@@ -423,3 +423,36 @@ async fn a_running_plan_keeps_the_cached_prefix() {
         "{usage}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_telegram_a_spent_cap_is_one_line_and_usage_is_a_registered_command() {
+    use crate::common::telegram::{TOKEN, TelegramStandIn, dm, texts_settle};
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let extra = format!(
+        "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n\n\
+         [prices.\"{MODEL}\"]\ninput_per_mtok = 1000.0\noutput_per_mtok = 2000.0\n\n\
+         [budgets]\nuser_daily_usd = 0.01\n\n[limits]\nmessages_per_minute = 1\n",
+        tg.url
+    );
+    let work = Workdir::new(&config_with_llm(&llm.url, &extra));
+    let _service = Service::start(&work, &[("FC_TG_TOKEN", TOKEN)]).await;
+    assert!(tg.calls("setMyCommands")[0].raw.contains("usage"));
+    tg.push_message(dm(7, 1, "hello"));
+    let texts = texts_settle(&tg, 7, |t| !t.is_empty()).await;
+    assert!(
+        texts[0].contains("Your daily budget (budgets.user_daily_usd = $0.0100) is spent"),
+        "{texts:?}"
+    );
+    // The second message within the minute is over the rate: one line, no model call.
+    tg.push_message(dm(7, 2, "hello again"));
+    let texts = texts_settle(&tg, 7, |t| t.len() >= 2).await;
+    assert!(
+        texts[1].starts_with("⏳ You are writing faster"),
+        "{texts:?}"
+    );
+    tg.push_message(dm(7, 3, "/usage"));
+    let texts = texts_settle(&tg, 7, |t| t.len() >= 3).await;
+    assert!(texts[2].contains("You — today: nothing yet"), "{texts:?}");
+    assert_eq!(llm.count(), 0);
+}
