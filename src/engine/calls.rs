@@ -56,6 +56,21 @@ pub(super) fn turn_scope<'a>(
     }
 }
 
+/// Tells the gate of a model call that was dropped before it ended.
+struct Abandoned<'a> {
+    gate: &'a dyn crate::policy::Gate,
+    call_id: u64,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.gate.abandoned_model(self.call_id);
+        }
+    }
+}
+
 /// A number no other model call of this process has (`ModelCallFacts::call_id`).
 fn next_call_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -118,6 +133,12 @@ impl Engine {
             tracing::info!(kind = call.kind.as_str(), model = %call.model, "model call refused by policy");
             return Err(ChainError::Refused(why));
         }
+        // Dropped before it ends (`/stop`), the call is reported abandoned.
+        let mut pending = Abandoned {
+            gate: &*self.gate,
+            call_id: facts.call_id,
+            armed: true,
+        };
         let result = match call.fallbacks {
             Some(fallbacks) => {
                 self.chain
@@ -137,6 +158,7 @@ impl Engine {
             },
             Err(_) => ModelOutcome::Failed,
         };
+        pending.armed = false;
         self.gate.after_model(&facts, outcome).await;
         result
     }

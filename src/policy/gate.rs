@@ -126,6 +126,9 @@ pub trait Gate: Send + Sync {
     /// Every call `before_model` allowed ends here once: answered (by which model, using
     /// what) or failed.
     async fn after_model(&self, _call: &ModelCallFacts<'_>, _outcome: ModelOutcome<'_>) {}
+    /// A call `before_model` allowed was dropped before it ended (`/stop`, a timeout): no
+    /// `after_model` comes for `call_id`. Not async (it runs in a drop): hand work on.
+    fn abandoned_model(&self, _call_id: u64) {}
     /// A subagent run or a plan step about to start (a refusal: it does not start).
     async fn before_run(&self, _run: &RunFacts<'_>) -> Verdict {
         Verdict::Allow
@@ -181,6 +184,11 @@ impl Gate for Gates {
     async fn after_model(&self, call: &ModelCallFacts<'_>, outcome: ModelOutcome<'_>) {
         for gate in &self.0 {
             gate.after_model(call, outcome).await;
+        }
+    }
+    fn abandoned_model(&self, call_id: u64) {
+        for gate in &self.0 {
+            gate.abandoned_model(call_id);
         }
     }
     async fn before_run(&self, run: &RunFacts<'_>) -> Verdict {

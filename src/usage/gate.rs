@@ -158,6 +158,13 @@ impl Gate for CostGate {
         self.reserve(call).await
     }
 
+    fn abandoned_model(&self, call_id: u64) {
+        let held = self.held.lock().expect("held lock").remove(&call_id);
+        if let Some((holds, amount)) = held {
+            self.writer.release(holds.holds, amount);
+        }
+    }
+
     async fn after_model(&self, call: &ModelCallFacts<'_>, outcome: ModelOutcome<'_>) {
         let held = self.held.lock().expect("held lock").remove(&call.call_id);
         let (by, usage) = match outcome {

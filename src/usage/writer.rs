@@ -3,7 +3,7 @@
 //! writer stores whatever has queued meanwhile in one statement. Under load a hundred calls
 //! cost the store one insert, not a hundred turns at its single writer.
 
-use crate::storage::{NewUsage, UsageStore};
+use crate::storage::{BudgetHold, NewUsage, UsageStore};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::AbortOnDropHandle;
@@ -11,13 +11,16 @@ use tokio_util::task::AbortOnDropHandle;
 /// Most rows one statement stores (15 values each, well within SQLite's variable limit).
 const MOST: usize = 256;
 
-struct Pending {
-    row: NewUsage,
-    stored: oneshot::Sender<Result<(), String>>,
+/// What the writer is handed.
+enum Job {
+    /// A row to store; the sender hears when it is.
+    Row(NewUsage, oneshot::Sender<Result<(), String>>),
+    /// Give a dropped call's reservation back (nobody waits for it).
+    Release(Vec<BudgetHold>, f64),
 }
 
 pub struct UsageWriter {
-    queue: mpsc::UnboundedSender<Pending>,
+    queue: mpsc::UnboundedSender<Job>,
     /// The writer task: it ends when the queue's last sender goes, and with the writer.
     _task: AbortOnDropHandle<()>,
 }
@@ -25,12 +28,25 @@ pub struct UsageWriter {
 impl UsageWriter {
     /// Start the writer task (on the current Tokio runtime).
     pub fn start(store: Arc<dyn UsageStore>) -> Self {
-        let (queue, mut rows) = mpsc::unbounded_channel::<Pending>();
+        let (queue, mut jobs) = mpsc::unbounded_channel::<Job>();
         let task = tokio::spawn(async move {
             let mut batch = Vec::with_capacity(MOST);
-            while rows.recv_many(&mut batch, MOST).await > 0 {
-                let (values, waiting): (Vec<NewUsage>, Vec<_>) =
-                    batch.drain(..).map(|p| (p.row, p.stored)).unzip();
+            while jobs.recv_many(&mut batch, MOST).await > 0 {
+                let mut values = Vec::with_capacity(batch.len());
+                let mut waiting = Vec::with_capacity(batch.len());
+                for job in batch.drain(..) {
+                    match job {
+                        Job::Row(row, stored) => {
+                            values.push(row);
+                            waiting.push(stored);
+                        }
+                        Job::Release(holds, amount) => {
+                            if let Err(e) = store.budget_settle(&holds, -amount).await {
+                                tracing::warn!(error = %e, "could not release a dropped call's reservation");
+                            }
+                        }
+                    }
+                }
                 let result = store
                     .usage_record(&values, None)
                     .await
@@ -50,9 +66,16 @@ impl UsageWriter {
     pub async fn record(&self, row: NewUsage) -> Result<(), String> {
         let (stored, done) = oneshot::channel();
         self.queue
-            .send(Pending { row, stored })
+            .send(Job::Row(row, stored))
             .map_err(|_| "the usage writer has stopped".to_string())?;
         done.await
             .unwrap_or_else(|_| Err("the usage writer has stopped".into()))
+    }
+
+    /// Give a reservation back without waiting (a call dropped before it ended).
+    pub fn release(&self, holds: Vec<BudgetHold>, amount: f64) {
+        if self.queue.send(Job::Release(holds, amount)).is_err() {
+            tracing::warn!("the usage writer has stopped: a reservation stays held");
+        }
     }
 }

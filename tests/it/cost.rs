@@ -456,3 +456,49 @@ async fn through_telegram_a_spent_cap_is_one_line_and_usage_is_a_registered_comm
     assert!(texts[2].contains("You — today: nothing yet"), "{texts:?}");
     assert_eq!(llm.count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_stopped_mid_answer_gives_its_reservation_back() {
+    let llm = LlmStandIn::start(|body: &Value, _| {
+        if last_user(body) == "think long" {
+            Behaviour::Hang
+        } else {
+            Behaviour::reply("ok")
+        }
+    })
+    .await;
+    let work = Workdir::new(&cfg(&llm.url, "[budgets]\ntotal_daily_usd = 1000\n"));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    let db = work.path().join("ferroclaw.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", db.display()))
+        .await
+        .unwrap();
+    let held = || async {
+        sqlx::query_scalar::<_, f64>("SELECT spent_usd FROM budget_spend WHERE budget = 'total'")
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+            .unwrap_or(0.0)
+    };
+    hook.send("c1", None, "m1", "think long", "").await;
+    wait_for(
+        "the call held against the cap",
+        Duration::from_secs(20),
+        || async { (llm.count() == 1 && held().await > 1.0).then_some(()) },
+    )
+    .await;
+    let (status, _) = hook.send("c1", None, "m2", "/stop", "?wait=30").await;
+    assert_eq!(status, 200);
+    wait_for(
+        "the reservation given back",
+        Duration::from_secs(20),
+        || async { (held().await.abs() < 1e-9).then_some(()) },
+    )
+    .await;
+    assert_eq!(ask(&hook, "c1", "m3", "again").await, "ok");
+    assert!(
+        (held().await - 0.025).abs() < 1e-9,
+        "only the answered call is spent"
+    );
+}
