@@ -105,12 +105,12 @@ pub struct BudgetHold {
 
 #[async_trait]
 pub trait UsageStore: Send + Sync {
-    /// Record calls' usage (one statement for them all); with `settle`, also move the
-    /// holds' spend by `delta` (the real cost minus the reservation) in the same transaction.
+    /// Record calls' usage (one statement for them all) and, in the same transaction, move
+    /// each settle's holds by its delta (a call's real cost minus its reservation).
     async fn usage_record(
         &self,
         usage: &[NewUsage],
-        settle: Option<(&[BudgetHold], f64)>,
+        settles: &[(Vec<BudgetHold>, f64)],
     ) -> StoreResult<()>;
     /// Move the holds' spend by `delta` (a call that got no answer gives its reservation back).
     async fn budget_settle(&self, holds: &[BudgetHold], delta: f64) -> StoreResult<()>;
@@ -192,7 +192,7 @@ macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::storage::UsageStore for $store {
-            async fn usage_record(&self, rows: &[NewUsage], settle: Option<(&[BudgetHold], f64)>) -> $crate::storage::StoreResult<()> {
+            async fn usage_record(&self, rows: &[NewUsage], settles: &[(Vec<BudgetHold>, f64)]) -> $crate::storage::StoreResult<()> {
                 if rows.is_empty() {
                     return Ok(());
                 }
@@ -208,14 +208,14 @@ macro_rules! sql {
                         .push_bind(i64::from(u.priced));
                 });
                 // Nothing to settle: one statement, no transaction (a round trip, not three).
-                let Some((holds, delta)) = settle else {
+                if settles.is_empty() {
                     insert.build().execute(&self.write).await?;
                     return Ok(());
-                };
+                }
                 let mut tx = self.write.begin().await?;
                 insert.build().execute(&mut *tx).await?;
-                if !holds.is_empty() {
-                    settle_statement!($db, holds, delta).build().execute(&mut *tx).await?;
+                for (holds, delta) in settles.iter().filter(|(holds, _)| !holds.is_empty()) {
+                    settle_statement!($db, holds, *delta).build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())

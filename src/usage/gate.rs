@@ -5,7 +5,7 @@
 use super::budgets::{self, Holds};
 use super::prices::Prices;
 use super::reach::{Counted, Reach};
-use super::writer::UsageWriter;
+use super::writer::{Stored, UsageWriter};
 use crate::config::Config;
 use crate::policy::{CallScope, Gate, ModelCallFacts, ModelOutcome, RunFacts, RunKind, Verdict};
 use crate::storage::{NewUsage, UsageStore};
@@ -208,18 +208,12 @@ impl Gate for CostGate {
             cost_usd: cost.unwrap_or(0.0),
             priced: cost.is_some(),
         };
-        // A reserved call settles with its row in one transaction; the others are grouped.
-        let stored = match &held {
-            Some((holds, amount)) => {
-                let settle = (holds.holds.as_slice(), row.cost_usd - amount);
-                let rows = std::slice::from_ref(&row);
-                self.store
-                    .usage_record(rows, Some(settle))
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            None => self.writer.record(row).await,
-        };
+        // A reserved call settles with its row, in the writer's next transaction.
+        let settle = held.map(|(holds, amount)| {
+            let delta = row.cost_usd - amount;
+            (holds.holds, delta)
+        });
+        let stored = self.writer.record(Stored { row, settle }).await;
         if let Err(e) = stored {
             tracing::warn!(error = %e, "could not record a model call's usage");
         }

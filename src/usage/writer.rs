@@ -1,6 +1,7 @@
-//! Usage rows written in groups: every answered call hands its row to one writer task and
-//! waits until it is stored (so `/usage` and the admin API read what was answered), and the
-//! writer stores whatever has queued meanwhile in one statement. Under load a hundred calls
+//! Usage rows written in groups: every answered call hands its row (and its reservation's
+//! settlement) to one writer task and waits until it is stored (so `/usage` and the admin
+//! API read what was answered), and the writer stores whatever has queued meanwhile in one
+//! statement (one transaction when reservations settle with it). Under load a hundred calls
 //! cost the store one insert, not a hundred turns at its single writer.
 
 use crate::storage::{BudgetHold, NewUsage, UsageStore};
@@ -11,10 +12,17 @@ use tokio_util::task::AbortOnDropHandle;
 /// Most rows one statement stores (15 values each, well within SQLite's variable limit).
 const MOST: usize = 256;
 
+/// A call's row and, for a call that reserved, its holds and the real cost minus the
+/// reservation.
+pub struct Stored {
+    pub row: NewUsage,
+    pub settle: Option<(Vec<BudgetHold>, f64)>,
+}
+
 /// What the writer is handed.
 enum Job {
-    /// A row to store; the sender hears when it is.
-    Row(NewUsage, oneshot::Sender<Result<(), String>>),
+    /// A row to store (and the reservation it settles); the sender hears when it is.
+    Row(Box<Stored>, oneshot::Sender<Result<(), String>>),
     /// Give a dropped call's reservation back (nobody waits for it).
     Release(Vec<BudgetHold>, f64),
 }
@@ -33,11 +41,14 @@ impl UsageWriter {
             let mut batch = Vec::with_capacity(MOST);
             while jobs.recv_many(&mut batch, MOST).await > 0 {
                 let mut values = Vec::with_capacity(batch.len());
+                let mut settles = Vec::new();
                 let mut waiting = Vec::with_capacity(batch.len());
                 for job in batch.drain(..) {
                     match job {
-                        Job::Row(row, stored) => {
+                        Job::Row(done, stored) => {
+                            let Stored { row, settle } = *done;
                             values.push(row);
+                            settles.extend(settle);
                             waiting.push(stored);
                         }
                         Job::Release(holds, amount) => {
@@ -48,7 +59,7 @@ impl UsageWriter {
                     }
                 }
                 let result = store
-                    .usage_record(&values, None)
+                    .usage_record(&values, &settles)
                     .await
                     .map_err(|e| e.to_string());
                 for stored in waiting {
@@ -62,11 +73,12 @@ impl UsageWriter {
         }
     }
 
-    /// Store `row` (with the others queued now); returns once it is stored.
-    pub async fn record(&self, row: NewUsage) -> Result<(), String> {
+    /// Store a call's row and settle its reservation (with the others queued now, in one
+    /// transaction); returns once it is stored.
+    pub async fn record(&self, call: Stored) -> Result<(), String> {
         let (stored, done) = oneshot::channel();
         self.queue
-            .send(Job::Row(row, stored))
+            .send(Job::Row(Box::new(call), stored))
             .map_err(|_| "the usage writer has stopped".to_string())?;
         done.await
             .unwrap_or_else(|_| Err("the usage writer has stopped".into()))

@@ -988,7 +988,7 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
     store
         .usage_record(
             &[usage_row("2026-11-30", "w:alice", "w:c1", "p/a", 0.5)],
-            None,
+            &[],
         )
         .await
         .unwrap();
@@ -997,7 +997,7 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
         usage_row("2026-12-01", "w:bob", "w:c2", "p/b", 1.0),
         usage_row("2026-12-02", "", "w:c2", "p/b", 0.0),
     ];
-    store.usage_record(&rows, None).await.unwrap();
+    store.usage_record(&rows, &[]).await.unwrap();
     let december = UsageFilter {
         from_day: "2026-12-01".into(),
         to_day: "2026-12-31".into(),
@@ -1059,7 +1059,10 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
     let mut settled = usage_row("2026-12-03", "w:alice", "w:c1", "p/a", 0.1);
     settled.at_ms = 2;
     store
-        .usage_record(std::slice::from_ref(&settled), Some((&both, 0.1 - 0.6)))
+        .usage_record(
+            std::slice::from_ref(&settled),
+            &[(both.to_vec(), 0.1 - 0.6)],
+        )
         .await
         .unwrap();
     assert!((store.budget_spent("total", "2026-12-03").await.unwrap() - 0.1).abs() < 1e-9);
