@@ -2,9 +2,11 @@
 //! record of who wrote when (SPEC section 16).
 //!
 //! The trait and its rows, then its SQL, written once for both dialects: the macro below
-//! expands the same bodies for SQLite and PostgreSQL. A reservation is one conditional
-//! upsert per cap (the database checks the cap in the statement that adds to it), so several
-//! processes on one PostgreSQL cannot both take the last dollar.
+//! expands the same bodies for SQLite and PostgreSQL. Reserving differs by dialect (the
+//! functions at the end): on SQLite, whose one writer runs one statement at a time, one
+//! statement adds to every cap only when all fit; on PostgreSQL each cap is a conditional
+//! upsert on the row it locks, in one transaction, so processes sharing the database cannot
+//! both take the last dollar.
 
 use super::*;
 use async_trait::async_trait;
@@ -189,7 +191,7 @@ macro_rules! settle_statement {
 }
 
 macro_rules! sql {
-    ($store:ty, $db:ty) => {
+    ($store:ty, $db:ty, $reserve:path) => {
         #[async_trait::async_trait]
         impl $crate::storage::UsageStore for $store {
             async fn usage_record(&self, rows: &[NewUsage], settles: &[(Vec<BudgetHold>, f64)]) -> $crate::storage::StoreResult<()> {
@@ -229,28 +231,10 @@ macro_rules! sql {
             }
 
             async fn budget_reserve(&self, holds: &[BudgetHold], amount: f64) -> $crate::storage::StoreResult<Result<(), usize>> {
-                let mut tx = self.write.begin().await?;
-                // Rows are taken in one order (budget, period) by every process: two
-                // reservations never wait on each other's rows crosswise.
-                let mut order: Vec<usize> = (0..holds.len()).collect();
-                order.sort_by(|a, b| (&holds[*a].budget, &holds[*a].period).cmp(&(&holds[*b].budget, &holds[*b].period)));
-                for i in order {
-                    let hold = &holds[i];
-                    let taken: Vec<f64> = sqlx::query_scalar(
-                        "INSERT INTO budget_spend (budget, period, spent_usd) SELECT $1, $2, $3 WHERE $3 <= $4 \
-                         ON CONFLICT (budget, period) DO UPDATE SET spent_usd = budget_spend.spent_usd + excluded.spent_usd \
-                         WHERE budget_spend.spent_usd + excluded.spent_usd <= $4 RETURNING spent_usd",
-                    )
-                    .bind(&hold.budget).bind(&hold.period).bind(amount).bind(hold.cap_usd)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    if taken.is_empty() {
-                        tx.rollback().await?;
-                        return Ok(Err(i));
-                    }
+                if holds.is_empty() {
+                    return Ok(Ok(()));
                 }
-                tx.commit().await?;
-                Ok(Ok(()))
+                $reserve(&self.write, holds, amount).await
             }
 
             async fn budget_spent(&self, budget: &str, period: &str) -> $crate::storage::StoreResult<f64> {
@@ -323,8 +307,89 @@ macro_rules! sql {
     };
 }
 
-sql!(super::SqliteStore, sqlx::Sqlite);
-sql!(super::PostgresStore, sqlx::Postgres);
+sql!(super::SqliteStore, sqlx::Sqlite, reserve_in_one_statement);
+sql!(super::PostgresStore, sqlx::Postgres, reserve_row_by_row);
+
+/// A reservation on SQLite, whose one writer runs one statement at a time: one statement
+/// that adds `amount` to every hold only when none would pass its cap (a round trip where a
+/// transaction would take five).
+async fn reserve_in_one_statement(
+    write: &sqlx::Pool<sqlx::Sqlite>,
+    holds: &[BudgetHold],
+    amount: f64,
+) -> StoreResult<Result<(), usize>> {
+    let mut upsert = sqlx::QueryBuilder::<sqlx::Sqlite>::new("WITH h(budget, period, cap) AS (");
+    upsert.push_values(holds, |mut row, hold| {
+        row.push_bind(&hold.budget)
+            .push_bind(&hold.period)
+            .push_bind(hold.cap_usd);
+    });
+    upsert.push(") INSERT INTO budget_spend (budget, period, spent_usd) SELECT budget, period, ");
+    upsert.push_bind(amount);
+    upsert.push(
+        " FROM h WHERE NOT EXISTS (SELECT 1 FROM h AS c LEFT JOIN budget_spend AS b \
+         ON b.budget = c.budget AND b.period = c.period WHERE COALESCE(b.spent_usd, 0.0) + ",
+    );
+    upsert.push_bind(amount);
+    upsert.push(
+        " > c.cap) ON CONFLICT (budget, period) DO UPDATE SET \
+         spent_usd = budget_spend.spent_usd + excluded.spent_usd RETURNING budget",
+    );
+    let taken: Vec<String> = upsert.build_query_scalar().fetch_all(write).await?;
+    if !taken.is_empty() {
+        return Ok(Ok(()));
+    }
+    // Refused: name the first cap it would pass.
+    for (i, hold) in holds.iter().enumerate() {
+        let spent: Option<f64> = sqlx::query_scalar(
+            "SELECT spent_usd FROM budget_spend WHERE budget = $1 AND period = $2",
+        )
+        .bind(&hold.budget)
+        .bind(&hold.period)
+        .fetch_optional(write)
+        .await?;
+        if spent.unwrap_or(0.0) + amount > hold.cap_usd {
+            return Ok(Err(i));
+        }
+    }
+    Ok(Err(0))
+}
+
+/// A reservation on PostgreSQL, where processes reserve at once: one conditional upsert per
+/// hold in one transaction (each checks its cap against the row it locks), rows taken in one
+/// order by every process so two reservations never wait on each other crosswise; a hold
+/// that does not fit rolls the others back.
+async fn reserve_row_by_row(
+    write: &sqlx::Pool<sqlx::Postgres>,
+    holds: &[BudgetHold],
+    amount: f64,
+) -> StoreResult<Result<(), usize>> {
+    let mut tx = write.begin().await?;
+    let mut order: Vec<usize> = (0..holds.len()).collect();
+    order.sort_by(|a, b| {
+        (&holds[*a].budget, &holds[*a].period).cmp(&(&holds[*b].budget, &holds[*b].period))
+    });
+    for i in order {
+        let hold = &holds[i];
+        let taken: Vec<f64> = sqlx::query_scalar(
+            "INSERT INTO budget_spend (budget, period, spent_usd) SELECT $1, $2, $3 WHERE $3 <= $4 \
+             ON CONFLICT (budget, period) DO UPDATE SET spent_usd = budget_spend.spent_usd + excluded.spent_usd \
+             WHERE budget_spend.spent_usd + excluded.spent_usd <= $4 RETURNING spent_usd",
+        )
+        .bind(&hold.budget)
+        .bind(&hold.period)
+        .bind(amount)
+        .bind(hold.cap_usd)
+        .fetch_all(&mut *tx)
+        .await?;
+        if taken.is_empty() {
+            tx.rollback().await?;
+            return Ok(Err(i));
+        }
+    }
+    tx.commit().await?;
+    Ok(Ok(()))
+}
 
 #[cfg(test)]
 mod tests {
