@@ -10,7 +10,7 @@ use super::calls::ModelCall;
 use super::{Engine, Persona, TurnError, TurnInput, TurnOutput, turn::entry_for};
 use crate::plan::{Plan, PlanTracker, StepStatus};
 use crate::policy::CallKind;
-use crate::providers::{ChatMessage, ChatRequest, Role, ToolSpec};
+use crate::providers::{ChainError, ChatMessage, ChatRequest, Role, ToolSpec};
 use crate::storage::SessionRow;
 use ferroclaw_channel_core::OutboundKind;
 use std::sync::Arc;
@@ -67,6 +67,25 @@ enum StepRun {
     Done(String),
     Failed(String),
     Stopped,
+    /// The policy refused the step's model call (a spent cap, the message's limits): the
+    /// plan pauses at once with the reason (a retry would be refused the same way).
+    Refused(String),
+}
+
+/// The plan waits at step `i` for `/plan continue`: the answer says why and what finished.
+async fn paused(
+    tracker: &PlanTracker,
+    plan: &Plan,
+    i: usize,
+    why: String,
+    mut outcome: StepsOutcome,
+) -> Result<StepsOutcome, TurnError> {
+    tracker.set_awaiting(Some(i)).await?;
+    outcome.text = format!(
+        "{why}\n\n{}\nReply /plan continue to go on.",
+        plan.summary_text()
+    );
+    Ok(outcome)
 }
 
 /// A user's decision about a step that failed twice.
@@ -123,12 +142,7 @@ impl Engine {
                 .admit_run(scope, crate::policy::RunKind::PlanStep)
                 .await
             {
-                tracker.set_awaiting(Some(i)).await?;
-                outcome.text = format!(
-                    "{why}\n\n{}\nReply /plan continue to go on.",
-                    plan.summary_text()
-                );
-                return Ok(outcome);
+                return paused(tracker, &plan, i, why, outcome).await;
             }
             let _ = tracker.update(i + 1, StepStatus::InProgress, None).await;
             let mut failure = None;
@@ -162,6 +176,9 @@ impl Engine {
                     StepRun::Stopped => {
                         outcome.stopped = true;
                         return Ok(outcome);
+                    }
+                    StepRun::Refused(why) => {
+                        return paused(tracker, &plan, i, why, outcome).await;
                     }
                 }
             }
@@ -222,6 +239,7 @@ impl Engine {
                 _ = stop.cancelled() => return StepRun::Stopped,
                 result = chain => match result {
                     Ok(ok) => ok,
+                    Err(ChainError::Refused(why)) => return StepRun::Refused(why),
                     Err(e) => return StepRun::Failed(format!("the model could not answer: {e}")),
                 },
             };

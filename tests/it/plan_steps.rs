@@ -256,3 +256,28 @@ async fn the_agent_plans_by_itself_with_the_tool_and_gets_the_step_results() {
             .any(|m| m["kind"] == "plan" && m["text"].as_str().unwrap().contains("Build the thing")),
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_refused_by_the_message_limits_pauses_the_plan_at_once() {
+    let llm = LlmStandIn::start(script(3, 0, None)).await;
+    // Planning (1) and step 1's two calls (2, 3) fit; step 2's first call is the fourth.
+    let extra = format!("{WEBHOOK}\n[limits]\nmax_model_calls_per_message = 3\n");
+    let work = Workdir::new(&config_with_llm(&llm.url, &extra));
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let hook = Hook::new(&service, SECRET);
+    let (status, body) = hook
+        .send("c", None, "m1", "/plan --steps build the thing", "?wait=30")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text = answer(&body);
+    assert!(
+        text.contains("limits.max_model_calls_per_message") && text.contains("/plan continue"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("failed twice"),
+        "not retried as a failure: {text}"
+    );
+    assert_eq!(step_requests(&llm, 2).len(), 0, "step 2 asked no model");
+    assert_eq!(llm.count(), 3);
+}
