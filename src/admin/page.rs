@@ -57,19 +57,8 @@ const TOP_USERS: usize = 5;
 /// Today's spend (UTC) and the people who spent most of it.
 async fn spend(html: &mut String, admin: &Admin) {
     let today = crate::clock::utc_day(crate::clock::now_ms());
-    let filter = crate::storage::UsageFilter {
-        from_day: today.clone(),
-        to_day: today,
-        user: None,
-        chat: None,
-    };
-    let total = admin
-        .store
-        .usage_report(&filter, None)
-        .await
-        .ok()
-        .and_then(|mut rows| rows.pop())
-        .unwrap_or_default();
+    let filter = crate::storage::UsageFilter::days(today.clone(), today);
+    let total = admin.store.usage_total(&filter).await.unwrap_or_default();
     let _ = write!(
         html,
         "<h2>Spend today</h2><p id=\"spend\">${:.4} — {} model calls, {} tokens in, {} out</p><ol id=\"top-users\">",

@@ -38,16 +38,11 @@ fn day(given: Option<String>, today: &str) -> Result<String, &'static str> {
 }
 
 fn totals(t: &UsageTotal) -> Value {
-    let cache_hit_rate = if t.input_tokens > 0 {
-        t.cached_input_tokens as f64 / t.input_tokens as f64
-    } else {
-        0.0
-    };
     json!({
         "key": t.key, "calls": t.calls, "input_tokens": t.input_tokens,
         "output_tokens": t.output_tokens, "cached_input_tokens": t.cached_input_tokens,
         "cache_write_tokens": t.cache_write_tokens, "cost_usd": t.cost_usd,
-        "unpriced_calls": t.unpriced_calls, "cache_hit_rate": cache_hit_rate,
+        "unpriced_calls": t.unpriced_calls, "cache_hit_rate": t.cache_hit_rate(),
     })
 }
 
@@ -73,14 +68,9 @@ pub(super) async fn usage(State(admin): State<Admin>, Query(q): Query<UsageQuery
             }
         },
     };
-    let filter = UsageFilter {
-        from_day,
-        to_day,
-        user: None,
-        chat: None,
-    };
-    let total = match admin.store.usage_report(&filter, None).await {
-        Ok(mut rows) => rows.pop().unwrap_or_default(),
+    let filter = UsageFilter::days(from_day, to_day);
+    let total = match admin.store.usage_total(&filter).await {
+        Ok(total) => total,
         Err(e) => return super::replies::unavailable(e),
     };
     let groups = match group {

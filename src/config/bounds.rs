@@ -212,16 +212,7 @@ fn cost(config: &Config, problem: &mut impl FnMut(&str, String)) {
             amount(&key("cache_write_per_mtok"), p);
         }
     }
-    let b = &config.budgets;
-    for (name, cap) in [
-        ("user_daily_usd", b.user_daily_usd),
-        ("user_monthly_usd", b.user_monthly_usd),
-        ("chat_daily_usd", b.chat_daily_usd),
-        ("agent_daily_usd", b.agent_daily_usd),
-        ("total_daily_usd", b.total_daily_usd),
-        ("total_monthly_usd", b.total_monthly_usd),
-        ("background_daily_usd", b.background_daily_usd),
-    ] {
+    for (name, cap) in config.budgets.caps() {
         amount(&format!("budgets.{name}"), cap);
     }
     for (id, agent) in &config.agents {

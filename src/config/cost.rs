@@ -32,19 +32,22 @@ pub struct BudgetsConfig {
 }
 
 impl BudgetsConfig {
+    /// Every cap by its key under `[budgets]`.
+    pub fn caps(&self) -> [(&'static str, f64); 7] {
+        [
+            ("user_daily_usd", self.user_daily_usd),
+            ("user_monthly_usd", self.user_monthly_usd),
+            ("chat_daily_usd", self.chat_daily_usd),
+            ("agent_daily_usd", self.agent_daily_usd),
+            ("total_daily_usd", self.total_daily_usd),
+            ("total_monthly_usd", self.total_monthly_usd),
+            ("background_daily_usd", self.background_daily_usd),
+        ]
+    }
+
     /// True when any cap is set (then every model call reserves before it is made).
     pub fn any(&self, agents: &std::collections::BTreeMap<String, super::AgentDef>) -> bool {
-        [
-            self.user_daily_usd,
-            self.user_monthly_usd,
-            self.chat_daily_usd,
-            self.agent_daily_usd,
-            self.total_daily_usd,
-            self.total_monthly_usd,
-            self.background_daily_usd,
-        ]
-        .iter()
-        .any(|cap| *cap > 0.0)
+        self.caps().iter().any(|(_, cap)| *cap > 0.0)
             || agents
                 .values()
                 .any(|a| a.daily_usd.is_some_and(|cap| cap > 0.0))

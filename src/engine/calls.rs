@@ -169,18 +169,15 @@ impl Engine {
         scope: CallScope<'_>,
         kind: RunKind,
     ) -> Result<(), String> {
-        match self.gate.before_run(&RunFacts { scope, kind }).await {
-            Verdict::Allow => Ok(()),
-            Verdict::Refuse(why) => Err(why),
-        }
+        self.gate
+            .before_run(&RunFacts { scope, kind })
+            .await
+            .into_result()
     }
 
     /// Ask the gate whether a person's message may be answered by the model now.
     pub(crate) async fn admit_turn(&self, scope: CallScope<'_>) -> Result<(), String> {
-        match self.gate.before_turn(&scope).await {
-            Verdict::Allow => Ok(()),
-            Verdict::Refuse(why) => Err(why),
-        }
+        self.gate.before_turn(&scope).await.into_result()
     }
 
     /// Run one tool call from the model: the registry checks it (offered, arguments valid),

@@ -112,6 +112,16 @@ pub enum Verdict {
     Refuse(String),
 }
 
+impl Verdict {
+    /// `Err(why)` for a refusal.
+    pub fn into_result(self) -> Result<(), String> {
+        match self {
+            Verdict::Allow => Ok(()),
+            Verdict::Refuse(why) => Err(why),
+        }
+    }
+}
+
 /// A policy around calls. Every method defaults to allowing and changing nothing.
 #[async_trait]
 pub trait Gate: Send + Sync {
@@ -152,17 +162,25 @@ impl Gates {
     pub fn new(gates: Vec<Arc<dyn Gate>>) -> Self {
         Gates(gates)
     }
+
+    /// Ask the gates in order; the first refusal wins.
+    async fn first_refusal<'a>(
+        &'a self,
+        ask: impl Fn(&'a dyn Gate) -> futures::future::BoxFuture<'a, Verdict>,
+    ) -> Verdict {
+        for gate in &self.0 {
+            if let Verdict::Refuse(why) = ask(&**gate).await {
+                return Verdict::Refuse(why);
+            }
+        }
+        Verdict::Allow
+    }
 }
 
 #[async_trait]
 impl Gate for Gates {
     async fn before_tool(&self, call: &ToolCallFacts<'_>) -> Verdict {
-        for gate in &self.0 {
-            if let Verdict::Refuse(why) = gate.before_tool(call).await {
-                return Verdict::Refuse(why);
-            }
-        }
-        Verdict::Allow
+        self.first_refusal(|gate| gate.before_tool(call)).await
     }
     async fn after_tool(&self, call: &ToolCallFacts<'_>, result: &mut String) {
         for gate in &self.0 {
@@ -192,19 +210,9 @@ impl Gate for Gates {
         }
     }
     async fn before_run(&self, run: &RunFacts<'_>) -> Verdict {
-        for gate in &self.0 {
-            if let Verdict::Refuse(why) = gate.before_run(run).await {
-                return Verdict::Refuse(why);
-            }
-        }
-        Verdict::Allow
+        self.first_refusal(|gate| gate.before_run(run)).await
     }
     async fn before_turn(&self, scope: &CallScope<'_>) -> Verdict {
-        for gate in &self.0 {
-            if let Verdict::Refuse(why) = gate.before_turn(scope).await {
-                return Verdict::Refuse(why);
-            }
-        }
-        Verdict::Allow
+        self.first_refusal(|gate| gate.before_turn(scope)).await
     }
 }

@@ -82,6 +82,18 @@ pub struct UsageFilter {
     pub chat: Option<String>,
 }
 
+impl UsageFilter {
+    /// Every call of UTC days `from_day..=to_day`.
+    pub fn days(from_day: String, to_day: String) -> Self {
+        UsageFilter {
+            from_day,
+            to_day,
+            user: None,
+            chat: None,
+        }
+    }
+}
+
 /// Sums over a report's group (key empty when not grouped).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageTotal {
@@ -94,6 +106,17 @@ pub struct UsageTotal {
     pub cost_usd: f64,
     /// Calls of models without a price.
     pub unpriced_calls: i64,
+}
+
+impl UsageTotal {
+    /// The share of input tokens read from the provider's prompt cache (0 without input).
+    pub fn cache_hit_rate(&self) -> f64 {
+        if self.input_tokens > 0 {
+            self.cached_input_tokens as f64 / self.input_tokens as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One cap a call is held against: the budget's key (`user:<channel>:<id>`, `total`, ...),
@@ -131,6 +154,14 @@ pub trait UsageStore: Send + Sync {
         filter: &UsageFilter,
         group: Option<UsageGroup>,
     ) -> StoreResult<Vec<UsageTotal>>;
+    /// The sums of every call `filter` selects (the ungrouped report's one row).
+    async fn usage_total(&self, filter: &UsageFilter) -> StoreResult<UsageTotal> {
+        Ok(self
+            .usage_report(filter, None)
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
     /// Count a message of `subject` at `now_ms` unless a window is full. `windows` are
     /// (length ms, most messages); `Some(t)` (not counted) is when the next one fits.
     async fn rate_take(

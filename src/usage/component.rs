@@ -23,15 +23,6 @@ impl UsageComponent {
     pub fn new(store: Arc<dyn UsageStore>) -> Self {
         UsageComponent { store }
     }
-
-    async fn total(&self, filter: &UsageFilter) -> Result<UsageTotal, StoreError> {
-        Ok(self
-            .store
-            .usage_report(filter, None)
-            .await?
-            .pop()
-            .unwrap_or_default())
-    }
 }
 
 /// One line of sums: calls, tokens in (with the share read from cache), out, cost.
@@ -48,21 +39,15 @@ pub fn summary(t: &UsageTotal) -> String {
         "{} calls, {} tokens in ({} from cache), {} out, {}{unpriced}",
         t.calls,
         t.input_tokens,
-        cache_hit_rate(t),
+        percent(t.cache_hit_rate()),
         t.output_tokens,
         super::dollars(t.cost_usd)
     )
 }
 
-/// The share of input tokens read from the provider's prompt cache, as a percentage.
-pub fn cache_hit_rate(t: &UsageTotal) -> String {
-    if t.input_tokens <= 0 {
-        return "0%".into();
-    }
-    format!(
-        "{:.0}%",
-        100.0 * t.cached_input_tokens as f64 / t.input_tokens as f64
-    )
+/// A share as a whole percentage.
+fn percent(share: f64) -> String {
+    format!("{:.0}%", 100.0 * share)
 }
 
 #[async_trait]
@@ -91,14 +76,24 @@ impl Component for UsageComponent {
         let mut lines = vec!["📊 Usage (days in UTC)".to_string()];
         if let Some(sender) = cx.sender {
             let me = format!("{}:{sender}", route.channel);
-            let day = self.total(&span(&today, Some(me.clone()), None)).await?;
-            let month = self.total(&span(&month_start, Some(me), None)).await?;
+            let day = self
+                .store
+                .usage_total(&span(&today, Some(me.clone()), None))
+                .await?;
+            let month = self
+                .store
+                .usage_total(&span(&month_start, Some(me), None))
+                .await?;
             lines.push(format!("You — today: {}", summary(&day)));
             lines.push(format!("You — this month: {}", summary(&month)));
         }
-        let day = self.total(&span(&today, None, Some(chat.clone()))).await?;
+        let day = self
+            .store
+            .usage_total(&span(&today, None, Some(chat.clone())))
+            .await?;
         let month = self
-            .total(&span(&month_start, None, Some(chat.clone())))
+            .store
+            .usage_total(&span(&month_start, None, Some(chat.clone())))
             .await?;
         lines.push(format!("This chat — today: {}", summary(&day)));
         lines.push(format!("This chat — this month: {}", summary(&month)));
@@ -121,14 +116,11 @@ impl Component for UsageComponent {
     async fn status(&self, cx: &CommandScope<'_>) -> Result<Vec<String>, StoreError> {
         let today = crate::clock::utc_day(crate::clock::now_ms());
         let route = &cx.session.route;
-        let day = self
-            .total(&UsageFilter {
-                from_day: today.clone(),
-                to_day: today,
-                user: None,
-                chat: Some(format!("{}:{}", route.channel, route.chat_id)),
-            })
-            .await?;
+        let today = UsageFilter {
+            chat: Some(format!("{}:{}", route.channel, route.chat_id)),
+            ..UsageFilter::days(today.clone(), today)
+        };
+        let day = self.store.usage_total(&today).await?;
         Ok(vec![format!(
             "Spent today in this chat: {} ({} calls)",
             super::dollars(day.cost_usd),

@@ -134,6 +134,19 @@ struct Inner {
     prompt_cache: bool,
 }
 
+impl Inner {
+    /// `script` answering every request, streamed in pieces of `piece` bytes.
+    fn scripted(script: Box<Script>, piece: usize) -> Self {
+        Inner {
+            script,
+            key_rule: None,
+            requests: Mutex::new(Vec::new()),
+            piece,
+            prompt_cache: false,
+        }
+    }
+}
+
 impl LlmStandIn {
     /// A model whose first answer trickles for half a minute (the test kills the service
     /// meanwhile) and whose later answers stream `echo: <last user message>` quickly.
@@ -162,14 +175,7 @@ impl LlmStandIn {
         piece: usize,
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
     ) -> Self {
-        Self::serve(Inner {
-            script: Box::new(script),
-            key_rule: None,
-            requests: Mutex::new(Vec::new()),
-            piece,
-            prompt_cache: false,
-        })
-        .await
+        Self::serve(Inner::scripted(Box::new(script), piece)).await
     }
 
     /// As [`start`], reporting prompt and cached tokens the way a provider's prompt cache
@@ -179,11 +185,8 @@ impl LlmStandIn {
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
     ) -> Self {
         Self::serve(Inner {
-            script: Box::new(script),
-            key_rule: None,
-            requests: Mutex::new(Vec::new()),
-            piece: 7,
             prompt_cache: true,
+            ..Inner::scripted(Box::new(script), 7)
         })
         .await
     }
@@ -194,11 +197,8 @@ impl LlmStandIn {
         script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
     ) -> Self {
         Self::serve(Inner {
-            script: Box::new(script),
             key_rule: Some(Box::new(key_rule)),
-            requests: Mutex::new(Vec::new()),
-            piece: 7,
-            prompt_cache: false,
+            ..Inner::scripted(Box::new(script), 7)
         })
         .await
     }
