@@ -49,9 +49,15 @@ pub fn known_for_check() -> crate::config::Known {
         let store = storage::connect("sqlite::memory:")
             .await
             .expect("an in-memory SQLite database opens");
+        let approvals = Arc::new(crate::approvals::Approvals::new(
+            &config,
+            store.clone(),
+            OutboxNotifier::new([]),
+        ));
         let features = crate::features::build(&crate::features::Services {
             store,
             outbox: OutboxNotifier::new([]),
+            approvals,
             egress: Arc::new(crate::egress::Guarded::new(false, "")),
             sandbox: None,
             skills: Arc::new(crate::skills::SkillLibrary::default()),
@@ -199,7 +205,14 @@ impl App {
         ));
         let teams = Arc::new(crate::teams::Teams::from_config(&config));
         let schedules = crate::schedules::ScheduleHandle::new(config.schedules.clone());
+        // Tool calls waiting for a person: the approvals gate asks, the ingress decides.
+        let approvals = Arc::new(crate::approvals::Approvals::new(
+            &config,
+            store.clone(),
+            notifier.clone(),
+        ));
         let features = crate::features::build(&crate::features::Services {
+            approvals: approvals.clone(),
             config: config.clone(),
             store: store.clone(),
             outbox: notifier.clone(),
@@ -281,6 +294,7 @@ impl App {
             handler.clone(),
             access_from(access),
             signals.clone(),
+            approvals,
         ));
         let lanes = Lanes::new(
             handler.clone(),

@@ -35,6 +35,10 @@ pub struct TurnScope<'a> {
     pub route: &'a ChatRoute,
     pub message_id: &'a str,
     pub persona: &'a Persona,
+    /// Who sent the message (None for a subagent's step or a job).
+    pub sender: Option<&'a str>,
+    /// How many files came with the message.
+    pub attachments: usize,
 }
 
 /// A command's answer.

@@ -29,6 +29,8 @@ pub struct Services {
     pub skills: Arc<SkillLibrary>,
     pub teams: Arc<Teams>,
     pub schedules: ScheduleHandle,
+    /// Tool calls waiting for a person (the ingress carries decisions to it).
+    pub approvals: Arc<crate::approvals::Approvals>,
 }
 
 /// The built features: their components, every tool (core and theirs) and the policy
@@ -59,14 +61,23 @@ pub fn build(services: &Services) -> Result<Features, String> {
         Arc::new(crate::skills::SkillsComponent::new(services.skills.clone())),
         Arc::new(crate::plan::PlanComponent),
         Arc::new(crate::usage::UsageComponent::new(store.clone())),
+        Arc::new(crate::approvals::ApprovalsComponent::new(
+            services.approvals.clone(),
+        )),
     ];
     // The rules around every call, in order: the first refusal wins.
     let prices = Arc::new(crate::usage::Prices::new(services.config.prices.clone()));
-    let gate: Arc<dyn Gate> = Arc::new(Gates::new(vec![Arc::new(crate::usage::CostGate::new(
-        services.config.clone(),
-        store.clone(),
-        prices,
-    ))]));
+    // Approvals first: a call that waits for a person and is denied costs nothing.
+    let gate: Arc<dyn Gate> = Arc::new(Gates::new(vec![
+        Arc::new(crate::approvals::ApprovalGate::new(
+            services.approvals.clone(),
+        )),
+        Arc::new(crate::usage::CostGate::new(
+            services.config.clone(),
+            store.clone(),
+            prices,
+        )),
+    ]));
     let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(ReadFile),
         Arc::new(WriteFile),
@@ -95,6 +106,7 @@ pub fn feature_commands() -> impl Iterator<Item = &'static CommandInfo> {
         crate::teams::COMMANDS,
         crate::schedules::COMMANDS,
         crate::usage::COMMANDS,
+        crate::approvals::COMMANDS,
     ]
     .into_iter()
     .flatten()

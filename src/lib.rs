@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod agents;
 pub mod app;
+pub mod approvals;
 pub mod channels;
 pub mod chat;
 pub mod cli;

@@ -28,6 +28,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/jobs", get(jobs))
         .route("/v1/admin/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/admin/usage", get(super::usage::usage))
+        .route("/v1/admin/approvals", get(super::approvals::approvals))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))

@@ -7,6 +7,7 @@
 //! but pairing (the same as `ferroclaw pairing`). Knows no channel and no platform.
 
 mod api;
+mod approvals;
 mod page;
 mod replies;
 mod usage;

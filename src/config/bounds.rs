@@ -127,6 +127,19 @@ pub fn check(config: &Config) -> Vec<Found> {
     }
 
     cost(config, &mut problem);
+    for (key, text) in config.approvals.problems("approvals") {
+        problem(&key, text);
+    }
+    // An agent's own keys over the (valid) built-in defaults: each problem is reported once,
+    // under the key that has it.
+    for (id, agent) in &config.agents {
+        if let Some(own) = &agent.approvals {
+            let alone = crate::config::ApprovalsConfig::default().with(Some(own));
+            for (key, text) in alone.problems(&format!("agents.{id}.approvals")) {
+                problem(&key, text);
+            }
+        }
+    }
 
     let url = &config.storage.url;
     let parsed = if url.starts_with("sqlite:") {

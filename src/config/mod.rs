@@ -5,12 +5,14 @@
 //! variable holding the secret; values are wrapped in [`secrecy::SecretString`]) and the
 //! redacted rendering printed by `config check`. It does not start anything.
 
+mod approvals;
 mod bounds;
 mod cost;
 mod load;
 mod render;
 mod schema;
 
+pub use approvals::{ApprovalsConfig, ApprovalsOverride};
 pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
 pub use load::{ConfigError, Known, LoadedConfig, Problem, check_agent_tools, load};
 pub use render::render_redacted;

@@ -45,6 +45,7 @@ pub struct Config {
     pub prices: BTreeMap<String, super::cost::PriceConfig>,
     pub budgets: super::cost::BudgetsConfig,
     pub limits: super::cost::LimitsConfig,
+    pub approvals: super::approvals::ApprovalsConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -174,6 +175,9 @@ pub struct AgentDef {
     /// This agent's daily spending cap in USD (overrides `budgets.agent_daily_usd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub daily_usd: Option<f64>,
+    /// This agent's approval rules (unset keys: `[approvals]`'s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<super::approvals::ApprovalsOverride>,
 }
 
 /// `[[bindings]]`: messages matching every given key go to `agent`; the most specific
@@ -249,6 +253,7 @@ impl Default for Config {
             prices: BTreeMap::new(),
             budgets: Default::default(),
             limits: Default::default(),
+            approvals: Default::default(),
         }
     }
 }

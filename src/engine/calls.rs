@@ -188,13 +188,15 @@ impl Engine {
         cx: &ToolContext,
         offered: &[ToolSpec],
     ) -> String {
-        let prepared = match self.tools.prepare(call, offered) {
+        let mut prepared = match self.tools.prepare(call, offered) {
             Ok(prepared) => prepared,
             Err(refusal) => return refusal,
         };
+        let call_ref = prepared.identify(cx);
+        let risk = prepared.risk(cx);
         let args = prepared.args.clone();
-        self.gated(&call.name, &args, cx, self.tools.run(prepared, cx))
-            .await
+        let facts = self.tool_facts(&call.name, &args, &risk, call_ref.as_deref(), cx);
+        self.gated(facts, self.tools.run(prepared, cx)).await
     }
 
     /// A call the engine carries out itself (a tool that runs a plan), past the same gate.
@@ -205,19 +207,23 @@ impl Engine {
         work: impl std::future::Future<Output = String>,
     ) -> String {
         let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
-        self.gated(&call.name, &args, cx, work).await
+        let risk = match self.tools.get(&call.name) {
+            Some(tool) => tool.risk(&args, cx),
+            None => crate::tools::ToolRisk::of(crate::tools::ToolClass::Spawn),
+        };
+        let facts = self.tool_facts(&call.name, &args, &risk, None, cx);
+        self.gated(facts, work).await
     }
 
-    /// Run `work` only when the gate allows the call; the gate sees the result before the
-    /// model does. A refusal is the call's result (`Error: ...`).
-    async fn gated(
+    fn tool_facts<'a>(
         &self,
-        tool: &str,
-        arguments: &serde_json::Value,
-        cx: &ToolContext,
-        work: impl std::future::Future<Output = String>,
-    ) -> String {
-        let facts = ToolCallFacts {
+        tool: &'a str,
+        arguments: &'a serde_json::Value,
+        risk: &'a crate::tools::ToolRisk,
+        call_ref: Option<&'a str>,
+        cx: &'a ToolContext,
+    ) -> ToolCallFacts<'a> {
+        ToolCallFacts {
             scope: CallScope {
                 session_key: &cx.session_key,
                 agent: &cx.agent_id,
@@ -227,9 +233,21 @@ impl Engine {
             },
             tool,
             arguments,
-        };
+            risk,
+            call_ref,
+            handles: &cx.handles,
+        }
+    }
+
+    /// Run `work` only when the gate allows the call; the gate sees the result before the
+    /// model does. A refusal is the call's result (`Error: ...`).
+    async fn gated(
+        &self,
+        facts: ToolCallFacts<'_>,
+        work: impl std::future::Future<Output = String>,
+    ) -> String {
         if let Verdict::Refuse(why) = self.gate.before_tool(&facts).await {
-            tracing::info!(tool, "tool call refused by policy");
+            tracing::info!(tool = facts.tool, "tool call refused by policy");
             return format!("Error: {why}");
         }
         let mut result = work.await;

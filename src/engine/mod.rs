@@ -500,6 +500,8 @@ impl Engine {
             route: input.route,
             message_id: input.message_id,
             persona,
+            sender: input.sender,
+            attachments: input.attachments.len(),
         };
         for component in &self.components {
             component.prepare_turn(&turn, &mut handles);

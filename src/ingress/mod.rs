@@ -12,7 +12,10 @@ use crate::lanes::TurnHandler;
 use crate::lanes::{EntryGate, Lanes};
 use crate::storage::{JournalEntry, JournalInsert, Store, StoreError};
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Accepted, InboundMessage, Inbox, InboxError, OutboundKind};
+use ferroclaw_channel_core::{
+    Accepted, Decision, DecisionOutcome, DecisionRequest, InboundMessage, Inbox, InboxError,
+    OutboundKind,
+};
 use std::sync::Arc;
 
 pub struct Ingress {
@@ -33,6 +36,9 @@ pub struct Admission {
     access: Access,
     /// Other processes on the same database (PostgreSQL): told about `/stop`.
     signals: Option<crate::signals::Signals>,
+    /// Tool calls waiting for a person: `/approve` and `/deny` decide them here, since the
+    /// session's lane is the one waiting.
+    approvals: Arc<crate::approvals::Approvals>,
 }
 
 impl Admission {
@@ -52,13 +58,50 @@ impl Admission {
         handler: Arc<TurnHandler>,
         access: Access,
         signals: Option<crate::signals::Signals>,
+        approvals: Arc<crate::approvals::Approvals>,
     ) -> Self {
         Admission {
             store,
             handler,
             access,
             signals,
+            approvals,
         }
+    }
+
+    /// `/approve <id> [always]` or `/deny <id>` from a person: carried out at once and
+    /// answered with what became of it. None for any other text.
+    async fn decision(&self, entry: &JournalEntry) -> Option<Result<String, StoreError>> {
+        if entry.message.internal {
+            return None;
+        }
+        let Some(Command::Feature { name, args }) = Command::parse(entry.message.text.trim())
+        else {
+            return None;
+        };
+        let mut words = args.split_whitespace();
+        let decision = match (name.as_str(), words.next(), words.next()) {
+            ("approve", Some(_), None) => Decision::Approve,
+            ("approve", Some(_), Some("always")) => Decision::Always,
+            ("deny", Some(_), None) => Decision::Deny,
+            ("approve" | "deny", _, _) => {
+                return Some(Ok(
+                    "Usage: /approve <id> [always], or /deny <id>".to_string()
+                ));
+            }
+            _ => return None,
+        };
+        let id = args.split_whitespace().next().unwrap_or_default();
+        let person = format!(
+            "{}:{}",
+            entry.message.route.channel, entry.message.sender.id
+        );
+        Some(
+            self.approvals
+                .decide(id, decision, &person, None)
+                .await
+                .map(|outcome| outcome.words()),
+        )
     }
 }
 
@@ -124,6 +167,13 @@ impl crate::lanes::EntryGate for Admission {
                 return Ok(false);
             }
         }
+        if let Some(outcome) = self.decision(entry).await {
+            let text = outcome?;
+            self.handler
+                .answer(entry, Some((OutboundKind::Status, text)))
+                .await?;
+            return Ok(false);
+        }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             let (stopped, killed) = self.stop_here(&entry.session_key, lanes);
             if let Some(signals) = &self.signals {
@@ -153,6 +203,61 @@ impl crate::lanes::EntryGate for Admission {
 impl Inbox for Ingress {
     async fn accept(&self, message: InboundMessage) -> Result<Accepted, InboxError> {
         self.accept_for(message, None).await
+    }
+
+    /// A button press or a signed call: journalled on the request's chat (a redelivery is
+    /// the same entry and changes nothing), carried out, and the entry answered without a
+    /// reply (the prompt's edit shows who decided what).
+    async fn decide(&self, request: DecisionRequest) -> Result<DecisionOutcome, InboxError> {
+        let failed = |e: StoreError| InboxError(e.to_string());
+        let Some(row) = self
+            .admission
+            .approvals
+            .find(&request.approval_id)
+            .await
+            .map_err(failed)?
+        else {
+            return Ok(DecisionOutcome::NotFound);
+        };
+        if row.request.route.channel != request.channel {
+            return Ok(DecisionOutcome::NotFound);
+        }
+        let person = format!("{}:{}", request.channel, request.sender.id);
+        let message = InboundMessage {
+            route: row.request.route.clone(),
+            sender: request.sender.clone(),
+            platform_message_id: request.platform_id.clone(),
+            text: request.decision.command(&request.approval_id),
+            mentioned: true,
+            reply_to: None,
+            internal: false,
+            attachments: Vec::new(),
+            mention_names: Vec::new(),
+        };
+        let inserted = self
+            .store
+            .journal_insert(&message, &row.request.session_key, crate::clock::now_ms())
+            .await
+            .map_err(failed)?;
+        let outcome = self
+            .admission
+            .approvals
+            .decide(
+                &request.approval_id,
+                request.decision,
+                &person,
+                Some(&request.channel),
+            )
+            .await
+            .map_err(failed)?;
+        if let JournalInsert::New(entry) = inserted {
+            self.admission
+                .handler
+                .answer(&entry, None)
+                .await
+                .map_err(failed)?;
+        }
+        Ok(outcome)
     }
 
     fn session_key_of(&self, message: &InboundMessage, agent: Option<&str>) -> String {

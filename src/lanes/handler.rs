@@ -147,6 +147,7 @@ impl TurnHandler {
                     in_reply_to: in_reply_to.clone(),
                     edit_of: None,
                     file: None,
+                    approval: None,
                 })
                 .collect(),
             tokens_in: output.tokens_in,
@@ -271,6 +272,7 @@ impl TurnHandler {
                     in_reply_to: Some(entry.message.platform_message_id.clone()),
                     edit_of: None,
                     file: None,
+                    approval: None,
                 })
                 .collect(),
             tokens_in: 0,

@@ -65,6 +65,7 @@ impl StatusCard {
             in_reply_to: self.in_reply_to.clone(),
             edit_of,
             file: None,
+            approval: None,
         }
     }
 

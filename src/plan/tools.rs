@@ -107,6 +107,9 @@ impl Tool for PlanAndExecute {
     fn name(&self) -> &str {
         "plan_and_execute"
     }
+    fn risk(&self, _args: &Value, _cx: &crate::tools::ToolContext) -> crate::tools::ToolRisk {
+        crate::tools::ToolRisk::of(crate::tools::ToolClass::Spawn)
+    }
     fn for_children(&self) -> bool {
         false
     }

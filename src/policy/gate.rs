@@ -6,6 +6,7 @@
 //! and the outbound leak scan are gates, composed in order by [`Gates`].
 
 use crate::providers::{ModelRef, Usage};
+use crate::tools::{ToolRisk, TurnHandles};
 use async_trait::async_trait;
 use ferroclaw_channel_core::ChatRoute;
 use std::sync::Arc;
@@ -57,13 +58,20 @@ pub struct CallScope<'a> {
 }
 
 /// A tool call about to run (or that ran).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ToolCallFacts<'a> {
     pub scope: CallScope<'a>,
     pub tool: &'a str,
     /// The arguments, parsed and checked against the tool's schema (a call whose arguments
     /// do not pass never reaches the gate: the model is told why).
     pub arguments: &'a serde_json::Value,
+    /// What the call can do, as its tool says (class, host, untrusted result).
+    pub risk: &'a ToolRisk,
+    /// The call's identity across attempts of its turn (None where the turn is not redone
+    /// after a crash): a decision taken for it holds when the turn is redone.
+    pub call_ref: Option<&'a str>,
+    /// The turn's handles (what the components put in for this turn).
+    pub handles: &'a TurnHandles,
 }
 
 /// A model call about to be made (or that was made).

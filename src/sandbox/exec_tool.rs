@@ -5,7 +5,7 @@
 
 use crate::exec::{ExecPlace, ExecRequest, OutputSink};
 use crate::spawn::StepObserver;
-use crate::tools::{Offer, Tool, ToolContext, ToolError};
+use crate::tools::{Offer, Tool, ToolClass, ToolContext, ToolError, ToolRisk};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -81,6 +81,13 @@ impl Tool for ExecTool {
     }
     fn in_container(&self) -> bool {
         true
+    }
+    /// A command runs; on the host it always asks.
+    fn risk(&self, _args: &Value, cx: &ToolContext) -> ToolRisk {
+        ToolRisk {
+            always_asks: matches!(cx.handles.get::<ExecPlace>(), Some(ExecPlace::Host)),
+            ..ToolRisk::of(ToolClass::Exec)
+        }
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
         let args: ExecArgs = crate::tools::typed(args)?;

@@ -7,6 +7,7 @@
 //! cannot drift apart; both pass one conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
 //! transactions; it does not know channels, models or chat commands.
 
+mod approvals;
 mod connect;
 mod effects;
 mod jobs;
@@ -28,6 +29,10 @@ mod transcripts;
 mod types;
 mod usage;
 
+pub use approvals::{
+    ApprovalDecision, ApprovalRow, ApprovalRule, ApprovalRuleStore, ApprovalState, ApprovalStore,
+    NewApproval,
+};
 pub use connect::connect;
 pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
@@ -88,6 +93,8 @@ pub trait Store:
     + JobStore
     + DueJobStore
     + UsageStore
+    + ApprovalStore
+    + ApprovalRuleStore
     + Send
     + Sync
 {

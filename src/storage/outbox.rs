@@ -78,6 +78,11 @@ macro_rules! rows {
                             .map(|f| serde_json::from_str(&f))
                             .transpose()
                             .map_err(|e| $crate::storage::StoreError::Corrupt(format!("outbox file: {e}")))?,
+                        approval: row
+                            .try_get::<Option<String>, _>("approval")?
+                            .map(|a| serde_json::from_str(&a))
+                            .transpose()
+                            .map_err(|e| $crate::storage::StoreError::Corrupt(format!("outbox approval: {e}")))?,
                     },
                     session_key: row.try_get("session_key")?,
                     state: $crate::storage::states::parse_stored("outbox state", &row.try_get::<String, _>("state")?, $crate::storage::OutboxState::parse)?,
@@ -100,7 +105,7 @@ macro_rules! rows {
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
-                     in_reply_to, edit_of, created_at, file) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) RETURNING id",
+                     in_reply_to, edit_of, created_at, file, approval) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING id",
                 )
                 .bind(session_key)
                 .bind(&message.route.channel)
@@ -113,6 +118,7 @@ macro_rules! rows {
                 .bind(message.edit_of)
                 .bind(now_ms)
                 .bind(message.file.as_ref().map(|f| serde_json::to_string(f).expect("files serialise")))
+                .bind(message.approval.as_ref().map(|a| serde_json::to_string(a).expect("prompts serialise")))
                 .fetch_one(executor)
                 .await?;
                 Ok(id)

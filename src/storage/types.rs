@@ -88,6 +88,8 @@ pub struct NewOutbound {
     pub edit_of: Option<i64>,
     /// A file to send with `text` as its caption.
     pub file: Option<ferroclaw_channel_core::OutboundFile>,
+    /// The approval request a message of kind `approval` asks.
+    pub approval: Option<ferroclaw_channel_core::ApprovalPrompt>,
 }
 
 /// Everything one turn writes, committed in one transaction.

@@ -449,6 +449,7 @@ pub(crate) async fn finish(
         in_reply_to: row.origin_message.map(str::to_string),
         edit_of: None,
         file: None,
+        approval: None,
     });
     // The status card's last edit, committed with the outcome.
     let card = registry.status_card(&RunOrigin {

@@ -91,6 +91,9 @@ impl Tool for SessionsSpawn {
     fn name(&self) -> &str {
         "sessions_spawn"
     }
+    fn risk(&self, _args: &Value, _cx: &crate::tools::ToolContext) -> crate::tools::ToolRisk {
+        crate::tools::ToolRisk::of(crate::tools::ToolClass::Spawn)
+    }
     fn offered(&self, offer: &Offer<'_>) -> bool {
         offer.spawning
     }
@@ -187,6 +190,9 @@ pub struct Delegate;
 impl Tool for Delegate {
     fn name(&self) -> &str {
         "delegate"
+    }
+    fn risk(&self, _args: &Value, _cx: &crate::tools::ToolContext) -> crate::tools::ToolRisk {
+        crate::tools::ToolRisk::of(crate::tools::ToolClass::Spawn)
     }
     fn offered(&self, offer: &Offer<'_>) -> bool {
         offer.spawning && !offer.agent.may_delegate.is_empty()

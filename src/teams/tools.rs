@@ -128,6 +128,9 @@ impl Tool for TeamTasks {
     fn name(&self) -> &str {
         "team_tasks"
     }
+    fn risk(&self, _args: &Value, _cx: &crate::tools::ToolContext) -> crate::tools::ToolRisk {
+        crate::tools::ToolRisk::of(crate::tools::ToolClass::Spawn)
+    }
     fn offered(&self, offer: &Offer<'_>) -> bool {
         self.0.offered_to(offer)
     }

@@ -45,6 +45,7 @@ impl Tool for MessageTool {
             in_reply_to: cx.in_reply_to.clone(),
             edit_of: None,
             file: None,
+            approval: None,
         };
         crate::outbox::post(&*self.store, &self.outbox, &cx.session_key, message)
             .await

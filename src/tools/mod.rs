@@ -83,6 +83,56 @@ pub(crate) fn typed<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, To
     serde_json::from_value(args).map_err(|e| ToolError(format!("invalid arguments: {e}")))
 }
 
+/// What a tool call can do, for the approval policy (SPEC section 17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolClass {
+    /// Reads the workspace or the session.
+    Read,
+    /// Changes the workspace or the session.
+    Write,
+    /// Runs a command.
+    Exec,
+    /// Sends data out of the service (a fetch, another chat).
+    Egress,
+    /// Starts other runs (subagents, team tasks, a plan).
+    Spawn,
+}
+
+impl ToolClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolClass::Read => "read",
+            ToolClass::Write => "write",
+            ToolClass::Exec => "exec",
+            ToolClass::Egress => "egress",
+            ToolClass::Spawn => "spawn",
+        }
+    }
+}
+
+/// One call's risk, as its tool sees it (the gate decides what follows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRisk {
+    pub class: ToolClass,
+    /// The host an egress call reaches ("always" choices are per host).
+    pub target: Option<String>,
+    /// Asks whatever the policy says (`exec` on the host).
+    pub always_asks: bool,
+    /// Its result is untrusted content (a fetched page): reading it taints the turn.
+    pub untrusted_result: bool,
+}
+
+impl ToolRisk {
+    pub fn of(class: ToolClass) -> Self {
+        ToolRisk {
+            class,
+            target: None,
+            always_asks: false,
+            untrusted_result: false,
+        }
+    }
+}
+
 /// A tool failure, shown to the model as the result.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -106,6 +156,15 @@ pub trait Tool: Send + Sync {
         false
     }
     async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError>;
+    /// What a call with these arguments can do (its class, the host it reaches): read-only
+    /// tools read, the others write, unless the tool says more.
+    fn risk(&self, _args: &Value, _cx: &ToolContext) -> ToolRisk {
+        ToolRisk::of(if self.read_only() {
+            ToolClass::Read
+        } else {
+            ToolClass::Write
+        })
+    }
     /// How long a call with these arguments may run, when it is not the configured default
     /// (a call that waits for something for a time it names).
     fn time_limit(&self, _args: &Value) -> Option<std::time::Duration> {
@@ -292,15 +351,19 @@ impl ToolRegistry {
         if !problems.is_empty() {
             return refused(label, format!("invalid arguments: {}", problems.join("; ")));
         }
-        Ok(Prepared { tool, args })
+        Ok(Prepared {
+            tool,
+            args,
+            key: None,
+        })
     }
 
     /// Run a prepared call: a turn redone after a crash replays what this call already did;
     /// the call is bounded by its time limit. A failure is the `Error: ...` result.
     pub async fn run(&self, prepared: Prepared<'_>, cx: &ToolContext) -> String {
-        let Prepared { tool, args } = prepared;
+        let Prepared { tool, args, key } = prepared;
         tracing::debug!(tool = tool.name(), arguments = %args, "tool call");
-        let result = Self::run_tool(tool.as_ref(), args, cx).await;
+        let result = Self::run_tool(tool.as_ref(), args, key, cx).await;
         crate::metrics::tool_call(tool.name(), result.is_ok());
         match result {
             Ok(text) => text,
@@ -308,11 +371,16 @@ impl ToolRegistry {
         }
     }
 
-    async fn run_tool(tool: &dyn Tool, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+    async fn run_tool(
+        tool: &dyn Tool,
+        args: Value,
+        key: Option<String>,
+        cx: &ToolContext,
+    ) -> Result<String, ToolError> {
         // A turn redone after a crash: an effect this call already had is not repeated.
         let effect = match (&cx.effects, tool.read_only()) {
             (Some(log), false) => {
-                let key = log.call_key(tool.name(), &args);
+                let key = key.unwrap_or_else(|| log.call_key(tool.name(), &args));
                 if let Some(result) = log.recorded(&key).await {
                     tracing::info!(
                         tool = tool.name(),
@@ -354,6 +422,25 @@ pub struct Prepared<'a> {
     tool: &'a Arc<dyn Tool>,
     /// The arguments, parsed and checked against the tool's schema.
     pub args: Value,
+    /// Its key in the turn's effect log, once [`Prepared::identify`] took it.
+    key: Option<String>,
+}
+
+impl Prepared<'_> {
+    /// This call's identity across attempts of its turn (`<turn>/<tool>:<hash>:<n>`), when
+    /// its turn records effects: a redone turn's same call has the same one.
+    pub fn identify(&mut self, cx: &ToolContext) -> Option<String> {
+        let log = cx.effects.as_ref()?;
+        let key = log.call_key(self.tool.name(), &self.args);
+        let id = log.call_id(&key).0;
+        self.key = Some(key);
+        Some(id)
+    }
+
+    /// What this call can do (see [`Tool::risk`]).
+    pub fn risk(&self, cx: &ToolContext) -> ToolRisk {
+        self.tool.risk(&self.args, cx)
+    }
 }
 
 #[cfg(test)]

@@ -122,6 +122,7 @@ impl Tool for SendFile {
                 name: name.clone(),
                 mime: mime.clone(),
             }),
+            approval: None,
         };
         crate::outbox::post(&*self.store, &self.outbox, &cx.session_key, message)
             .await

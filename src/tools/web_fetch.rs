@@ -2,7 +2,7 @@
 //! [`crate::egress`] (loopback, private, metadata and the host's own addresses refused unless
 //! `tools.web_fetch_allow_private`; no system proxy).
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolClass, ToolContext, ToolError, ToolRisk};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -36,6 +36,20 @@ impl Tool for WebFetch {
     }
     fn read_only(&self) -> bool {
         true
+    }
+    /// Egress to the URL's host; what comes back is untrusted.
+    fn risk(&self, args: &Value, _cx: &ToolContext) -> ToolRisk {
+        let host = args
+            .get("url")
+            .and_then(Value::as_str)
+            .and_then(|u| reqwest::Url::parse(u).ok())
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+        ToolRisk {
+            class: ToolClass::Egress,
+            target: Some(host.unwrap_or_default()),
+            always_asks: false,
+            untrusted_result: true,
+        }
     }
     async fn run(&self, args: Value, _cx: &ToolContext) -> Result<String, ToolError> {
         #[derive(serde::Deserialize)]

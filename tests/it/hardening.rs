@@ -507,6 +507,7 @@ impl DownReceiver {
                     in_reply_to: None,
                     edit_of: None,
                     file: None,
+                    approval: None,
                 })
                 .collect();
             store

@@ -6,6 +6,8 @@ mod common;
 
 mod adversarial;
 mod agents;
+mod approvals;
+mod approvals_telegram;
 mod auth_profiles;
 mod chaos;
 mod chat_cli;

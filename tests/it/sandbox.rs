@@ -353,7 +353,11 @@ async fn host_exec_runs_in_the_workspace_on_the_host_and_times_out() {
     ]))
     .await;
     let app = InProc::start(&config(&llm.url, "", "[tools]\nhost_exec = true\n")).await;
-    let result = answer(&app, "c", "go", 1).await;
+    app.say("c", "go").await;
+    // Host `exec` always asks (SPEC section 17): the sender approves each call.
+    app.approve("c", 1).await;
+    app.approve("c", 2).await;
+    let result = app.reply(1).await;
     let parts: Vec<&str> = result.split("\n=====\n").collect();
     assert!(
         parts[0].contains("exit code 0") && parts[0].contains("42"),

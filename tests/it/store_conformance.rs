@@ -44,6 +44,7 @@ fn out(route: &ChatRoute, text: &str) -> NewOutbound {
         edit_of: None,
 
         file: None,
+        approval: None,
     }
 }
 

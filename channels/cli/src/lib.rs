@@ -182,6 +182,7 @@ mod tests {
             edit_of: None,
             edit_platform_id: None,
             file: None,
+            approval: None,
         }
     }
 

@@ -9,6 +9,7 @@
 //! engine: adapters depend on it, never the other way round.
 
 mod adapter;
+mod approval;
 pub mod auth;
 pub mod clock;
 mod command;
@@ -22,6 +23,7 @@ pub use adapter::{
     AccessMode, AccessRule, BuildError, Built, LogUnavailable, MessageLog, Receiver,
     ReceiverContext, Receiving, user_ids,
 };
+pub use approval::{ApprovalPrompt, Decision, DecisionOutcome, DecisionRequest};
 pub use command::ChatCommand;
 pub use deliver::{EditError, PieceSender, TextDelivery};
 pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, PreviewLedger, SharedLiveReply};
@@ -149,6 +151,13 @@ pub trait Inbox: Send + Sync {
     ) -> Result<Accepted, InboxError> {
         let _ = agent;
         self.accept(message).await
+    }
+
+    /// Journal a person's decision on an approval (a button press, a signed call) and carry
+    /// it out: one effect however often the platform delivers it.
+    async fn decide(&self, request: DecisionRequest) -> Result<DecisionOutcome, InboxError> {
+        let _ = request;
+        Err(InboxError("approvals are not available here".into()))
     }
 
     /// The session key a message would be journalled under.

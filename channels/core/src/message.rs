@@ -85,6 +85,8 @@ pub enum OutboundKind {
     Announce,
     Status,
     Error,
+    /// A tool call waiting for a person's decision (`OutboundMessage::approval`).
+    Approval,
 }
 
 impl OutboundKind {
@@ -95,6 +97,7 @@ impl OutboundKind {
             OutboundKind::Announce => "announce",
             OutboundKind::Status => "status",
             OutboundKind::Error => "error",
+            OutboundKind::Approval => "approval",
         }
     }
 
@@ -105,6 +108,7 @@ impl OutboundKind {
             "announce" => OutboundKind::Announce,
             "status" => OutboundKind::Status,
             "error" => OutboundKind::Error,
+            "approval" => OutboundKind::Approval,
             _ => return None,
         })
     }
@@ -126,6 +130,10 @@ pub struct OutboundMessage {
     pub edit_platform_id: Option<String>,
     /// A file to send, with `text` as its caption (`send_file`).
     pub file: Option<OutboundFile>,
+    /// The approval request a message of kind `approval` asks (buttons where the platform
+    /// has them; `text` says the same for every other client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::ApprovalPrompt>,
 }
 
 /// A file a bot message carries: a path on this host, its name and type.

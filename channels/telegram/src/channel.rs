@@ -5,8 +5,9 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatRoute, Delivered, DeliveryError, EditError, FetchError, LiveReplies, LiveUpdate,
-    OutboundFile, OutboundMessage, PieceSender, PreviewLedger, TextDelivery,
+    ApprovalPrompt, Channel, ChatRoute, Decision, Delivered, DeliveryError, EditError, FetchError,
+    LiveReplies, LiveUpdate, OutboundFile, OutboundMessage, PieceSender, PreviewLedger,
+    TextDelivery,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use teloxide::RequestError;
 use teloxide::prelude::*;
-use teloxide::types::{ChatAction, InputFile, MessageId, ParseMode, ThreadId};
+use teloxide::types::{
+    ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId, ParseMode,
+    ThreadId,
+};
 use teloxide::{ApiError, Bot};
 
 pub struct TelegramChannel {
@@ -179,6 +183,35 @@ impl TelegramChannel {
     }
 }
 
+impl TelegramChannel {
+    /// An approval prompt with its three buttons (plain text: arguments are shown as they
+    /// are). Its later edit, which sends no keyboard, takes the buttons away.
+    async fn send_approval(
+        &self,
+        message: &OutboundMessage,
+        prompt: &ApprovalPrompt,
+    ) -> Result<Delivered, DeliveryError> {
+        let chat_id = chat(&message.route)?;
+        let button = |label: &str, decision: Decision| {
+            InlineKeyboardButton::callback(label, decision.button_data(&prompt.id))
+        };
+        let keyboard = InlineKeyboardMarkup::new([[
+            button("Approve once", Decision::Approve),
+            button("Always for this chat", Decision::Always),
+            button("Deny", Decision::Deny),
+        ]]);
+        let text: String = message.text.chars().take(format::LIMIT).collect();
+        let mut request = self.bot.send_message(chat_id, text).reply_markup(keyboard);
+        if let Some(t) = thread(&message.route) {
+            request = request.message_thread_id(t);
+        }
+        let sent = request.await.map_err(|e| self.failure(e))?;
+        Ok(Delivered {
+            platform_message_id: Some(sent.id.0.to_string()),
+        })
+    }
+}
+
 /// Telegram's text operations, for the shared delivery (`TextDelivery`).
 #[async_trait]
 impl PieceSender for TelegramChannel {
@@ -227,6 +260,9 @@ impl Channel for TelegramChannel {
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
         if let Some(file) = &message.file {
             return self.send_file(message, file).await;
+        }
+        if let Some(prompt) = &message.approval {
+            return self.send_approval(message, prompt).await;
         }
         let chat_id = chat(&message.route)?;
         let pieces = format::split(&message.text, format::LIMIT);

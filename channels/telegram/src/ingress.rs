@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use ferroclaw_channel_core::{ChatKind, InboundMessage, Inbox};
+use ferroclaw_channel_core::{ChatKind, DecisionRequest, InboundMessage, Inbox};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::atomic::Ordering;
@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use teloxide::RequestError;
 use teloxide::prelude::*;
-use teloxide::types::{AllowedUpdate, BotCommand, Me, Update};
+use teloxide::types::{AllowedUpdate, BotCommand, CallbackQueryId, Me, Update};
 use tokio_util::sync::CancellationToken;
 
 pub const WEBHOOK_PATH: &str = "/v1/telegram/webhook";
@@ -71,6 +71,38 @@ impl Shared {
         Some(message)
     }
 
+    /// Hand a button press to the inbox (journalled and carried out, retried until it is
+    /// durable), then answer it: the person sees what became of it.
+    async fn hand_over_press(
+        &self,
+        request: DecisionRequest,
+        query: CallbackQueryId,
+        cancel: &CancellationToken,
+    ) -> bool {
+        loop {
+            match self.inbox.decide(request.clone()).await {
+                Ok(outcome) => {
+                    self.answer_press(query, &outcome.words()).await;
+                    return true;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not journal a Telegram button press; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return false,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// `answerCallbackQuery` with a short text (the client stops its spinner and shows it).
+    async fn answer_press(&self, query: CallbackQueryId, text: &str) {
+        if let Err(e) = self.bot.answer_callback_query(query).text(text).await {
+            tracing::warn!(error = %self.channel.redact(e.to_string()), "answerCallbackQuery failed");
+        }
+    }
+
     /// Hand a message to the inbox, retrying until it is durable (never skipped).
     async fn hand_over(&self, message: InboundMessage, cancel: &CancellationToken) -> bool {
         let inbox = &self.inbox;
@@ -105,7 +137,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                 .bot
                 .set_webhook(url)
                 .secret_token(shared.webhook_secret.clone())
-                .allowed_updates(vec![AllowedUpdate::Message]);
+                .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
             match set.await {
                 Ok(_) => {
                     shared.channel.ready.store(true, Ordering::Release);
@@ -176,7 +208,7 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             .get_updates()
             .offset(offset)
             .timeout(timeout)
-            .allowed_updates(vec![AllowedUpdate::Message]);
+            .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
         let result = tokio::select! {
             _ = cancel.cancelled() => break,
             r = request.send() => r,
@@ -186,7 +218,11 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
                 backoff.reset();
                 shared.channel.ready.store(true, Ordering::Release);
                 for update in updates {
-                    if let Some(message) = shared.wanted(&update, &me)
+                    if let Some((request, query)) = translate::press(&update) {
+                        if !shared.hand_over_press(request, query, cancel).await {
+                            return; // cancelled before it was durable: Telegram redelivers it
+                        }
+                    } else if let Some(message) = shared.wanted(&update, &me)
                         && !shared.hand_over(message, cancel).await
                     {
                         return; // cancelled before it was durable: Telegram redelivers it
@@ -257,6 +293,21 @@ async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: By
             );
         }
     };
+    if let Some((request, query)) = translate::press(&update) {
+        return match shared.inbox.decide(request).await {
+            Ok(outcome) => {
+                shared.answer_press(query, &outcome.words()).await;
+                StatusCode::OK.into_response()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not journal a Telegram button press");
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "could not store the update; retry",
+                )
+            }
+        };
+    }
     if let Some(message) = shared.wanted(&update, me)
         && let Err(e) = shared.inbox.accept(message).await
     {

@@ -2,9 +2,10 @@
 //! Bot API payloads; the only place that reads Telegram message fields.
 
 use ferroclaw_channel_core::{
-    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage, Sender,
+    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, Decision, DecisionRequest,
+    InboundMessage, Sender,
 };
-use teloxide::types::{Me, Message, MessageEntityKind, Update, UpdateKind};
+use teloxide::types::{CallbackQueryId, Me, Message, MessageEntityKind, Update, UpdateKind};
 
 /// The channel name in routes and session keys.
 pub const CHANNEL: &str = "telegram";
@@ -15,6 +16,27 @@ pub fn message(update: &Update) -> Option<&Message> {
         UpdateKind::Message(m) => Some(m),
         _ => None,
     }
+}
+
+/// A button press on an approval prompt: the decision it carries, or None for any other
+/// update (or a payload that is not ours).
+pub fn press(update: &Update) -> Option<(DecisionRequest, CallbackQueryId)> {
+    let UpdateKind::CallbackQuery(query) = &update.kind else {
+        return None;
+    };
+    let (approval_id, decision) = Decision::from_button_data(query.data.as_deref()?)?;
+    let request = DecisionRequest {
+        channel: CHANNEL.to_string(),
+        approval_id,
+        decision,
+        sender: Sender {
+            id: query.from.id.0.to_string(),
+            name: query.from.full_name(),
+        },
+        // Telegram redelivers a press with the same query id: one journal entry.
+        platform_id: format!("cbq:{}", query.id.0),
+    };
+    Some((request, query.id.clone()))
 }
 
 /// The files of a message: the largest size of a photo, a document, a voice note, audio.

@@ -46,6 +46,12 @@ pub(crate) fn payload(message: &OutboundMessage, with_seq: bool) -> Value {
     if with_seq {
         value["seq"] = json!(message.id);
     }
+    if let Some(approval) = &message.approval {
+        // SPEC §17: answered by POST /v1/webhooks/<name>/approvals/<id>.
+        value["approval"] = json!({"id": approval.id, "tool": approval.tool,
+            "arguments": approval.arguments, "reason": approval.reason,
+            "expires_at": approval.expires_at});
+    }
     if let Some(file) = &message.file {
         // Downloaded with the endpoint's bearer: GET <server>/v1/webhooks/<name>/files/<id>.
         let webhook = message

@@ -1,9 +1,7 @@
 //! `POST /v1/webhooks/NAME/messages` and `GET /v1/webhooks/NAME/conversations/ID/messages`.
 
-use crate::SignatureScheme;
 use crate::bearer::check_bearer;
 use crate::error::{ApiError, err, unavailable};
-use crate::signature::{self, SignatureError};
 use crate::state::{AppState, MAX_WAIT_SECS, WebhookEndpoint};
 use axum::Router;
 use axum::body::Body;
@@ -12,7 +10,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferroclaw_channel_core::MessageLog;
-use ferroclaw_channel_core::clock::now_secs;
 use ferroclaw_channel_core::{
     Accepted, Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage,
     Inbox, Sender,
@@ -46,6 +43,10 @@ pub fn router(
         )
         .route("/v1/webhooks/{name}/events", get(crate::events::events))
         .route("/v1/webhooks/{name}/files/{id}", get(download_file))
+        .route(
+            "/v1/webhooks/{name}/approvals/{id}",
+            post(crate::approvals::decide),
+        )
         .with_state(state)
 }
 
@@ -70,34 +71,7 @@ async fn post_message(
                 format!("body exceeds {} bytes", state.max_body_bytes),
             )
         })?;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let key = endpoint.signing.key();
-    // Under Standard Webhooks the signed `webhook-id` stands in for a missing `message_id`.
-    let signed_id = match endpoint.signing.scheme {
-        SignatureScheme::Ferroclaw => {
-            signature::verify(
-                key,
-                header("x-ferroclaw-timestamp"),
-                header("x-ferroclaw-signature"),
-                &body,
-                now_secs(),
-            )
-            .map_err(|e: SignatureError| err(StatusCode::UNAUTHORIZED, e.message()))?;
-            None
-        }
-        SignatureScheme::Standard => {
-            crate::standard::verify(
-                key,
-                header("webhook-id"),
-                header("webhook-timestamp"),
-                header("webhook-signature"),
-                &body,
-                now_secs(),
-            )
-            .map_err(|e| err(StatusCode::UNAUTHORIZED, e.message()))?;
-            header("webhook-id").map(|id| id.trim().to_string())
-        }
-    };
+    let signed_id = crate::signed::verify_signature(endpoint, &headers, &body)?;
 
     let wait = match query.map(|q| q.0.wait) {
         Ok(None) => None,

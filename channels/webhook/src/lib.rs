@@ -5,12 +5,14 @@
 //! inbound messages to an [`Inbox`] and reads bot messages from a [`MessageLog`]; it does
 //! not know storage, sessions or the engine.
 
+mod approvals;
 mod bearer;
 mod callback;
 mod error;
 mod events;
 mod ingress;
 mod signature;
+mod signed;
 pub mod standard;
 mod state;
 

@@ -128,6 +128,34 @@ impl InProc {
         self.recorder.delivered.lock().unwrap().clone()
     }
 
+    /// Approve the `n`th approval prompt delivered (waiting for it) as the sender of `say`.
+    pub async fn approve(&self, conversation: &str, n: usize) {
+        let id = super::wait_for("an approval prompt", Duration::from_secs(20), || async {
+            self.delivered()
+                .iter()
+                .filter_map(|m| m.approval.as_ref())
+                .nth(n - 1)
+                .map(|a| a.id.clone())
+        })
+        .await;
+        self.say(conversation, &format!("/approve {id}")).await;
+    }
+
+    /// The text of the `n`th reply delivered (waiting for it); prompts, edits and status
+    /// lines are not replies.
+    pub async fn reply(&self, n: usize) -> String {
+        super::wait_for("a reply", Duration::from_secs(30), || async {
+            self.delivered()
+                .iter()
+                .filter(|m| {
+                    m.kind == ferroclaw_channel_core::OutboundKind::Reply && m.edit_of.is_none()
+                })
+                .nth(n - 1)
+                .map(|m| m.text.clone())
+        })
+        .await
+    }
+
     /// Wait (at most `within`) until a message with exactly `text` was delivered.
     pub async fn wait_text(&self, text: &str, within: Duration) {
         super::wait_for(&format!("the reply `{text}`"), within, || async {

@@ -65,14 +65,36 @@ impl TelegramStandIn {
 
     /// Queue a message update; returns its update id.
     pub fn push_message(&self, message: Value) -> i64 {
+        self.push_update("message", message)
+    }
+
+    /// Queue an update of `kind` (`message`, `callback_query`); returns its update id.
+    pub fn push_update(&self, kind: &str, payload: Value) -> i64 {
         let id = self.inner.next_update.fetch_add(1, Ordering::SeqCst);
-        self.inner
-            .updates
-            .lock()
-            .unwrap()
-            .push(json!({"update_id": id, "message": message}));
+        let mut update = json!({"update_id": id});
+        update[kind] = payload;
+        self.inner.updates.lock().unwrap().push(update);
         self.inner.new_update.notify_waiters();
         id
+    }
+
+    /// A press by `user` of the inline button carrying `data` under the bot's message
+    /// `message_id` in `chat`; `query` is the callback query's id. Returns the update id.
+    pub fn press(&self, query: &str, user: i64, chat: i64, message_id: i64, data: &str) -> i64 {
+        let chat_json = if chat > 0 {
+            json!({"id": chat, "type": "private", "first_name": "U"})
+        } else {
+            json!({"id": chat, "type": "supergroup", "title": "Group"})
+        };
+        let from = json!({"id": user, "is_bot": false, "first_name": format!("User{user}")});
+        let bot_message = json!({"message_id": message_id, "date": 1700000000, "chat": chat_json,
+            "from": {"id": 1, "is_bot": true, "first_name": "Ferro", "username": "ferro_bot"},
+            "text": "prompt"});
+        self.push_update(
+            "callback_query",
+            json!({"id": query, "from": from, "message": bot_message,
+                "chat_instance": format!("ci{chat}"), "data": data}),
+        )
     }
 
     /// A file the bot can fetch with `getFile` and download.
@@ -249,6 +271,19 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
             ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}))
         }
         "deletewebhook" | "setwebhook" | "setmycommands" | "sendchataction" => ok(json!(true)),
+        "answercallbackquery" => {
+            if params["callback_query_id"]
+                .as_str()
+                .is_none_or(str::is_empty)
+            {
+                return fail(
+                    400,
+                    "Bad Request: query is too old and response timeout expired or query ID is invalid",
+                    None,
+                );
+            }
+            ok(json!(true))
+        }
         "getfile" => {
             let id = params["file_id"].as_str().unwrap_or_default();
             match inner.files.lock().unwrap().get(id) {
@@ -277,9 +312,24 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
             let deadline = Instant::now() + Duration::from_secs(timeout);
             loop {
                 let notified = inner.new_update.notified();
+                // Like the real server: only the kinds in `allowed_updates` are delivered
+                // (the others are dropped).
+                let allowed: Option<Vec<String>> = params["allowed_updates"]
+                    .as_array()
+                    .filter(|a| !a.is_empty())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|k| k.as_str().map(String::from))
+                            .collect()
+                    });
                 let pending: Vec<Value> = {
                     let mut updates = inner.updates.lock().unwrap();
-                    updates.retain(|u| u["update_id"].as_i64().unwrap() >= offset);
+                    updates.retain(|u| {
+                        u["update_id"].as_i64().unwrap() >= offset
+                            && allowed
+                                .as_ref()
+                                .is_none_or(|kinds| kinds.iter().any(|k| u.get(k).is_some()))
+                    });
                     updates.clone()
                 };
                 if !pending.is_empty() || Instant::now() >= deadline {
