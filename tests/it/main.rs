@@ -7,7 +7,7 @@ mod common;
 mod adversarial;
 mod agents;
 mod approvals;
-mod approvals_telegram;
+mod approvals_chat;
 mod auth_profiles;
 mod chaos;
 mod chat_cli;

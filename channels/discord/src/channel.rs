@@ -7,11 +7,16 @@ use crate::errors::{failure, redact};
 use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    Channel, ChatKind, ChatRoute, Delivered, DeliveryError, EditError, LiveReplies, LiveUpdate,
-    OutboundKind, OutboundMessage, PieceSender, PreviewLedger, TextDelivery, split,
+    ApprovalPrompt, Channel, ChatKind, ChatRoute, Decision, Delivered, DeliveryError, EditError,
+    LiveReplies, LiveUpdate, OutboundKind, OutboundMessage, PieceSender, PreviewLedger,
+    TextDelivery, split,
 };
-use serenity::builder::{Builder, CreateInteractionResponseFollowup, CreateMessage, EditMessage};
+use serenity::builder::{
+    Builder, CreateActionRow, CreateButton, CreateInteractionResponseFollowup, CreateMessage,
+    EditMessage,
+};
 use serenity::http::Http;
+use serenity::model::application::ButtonStyle;
 use serenity::model::channel::MessageReference;
 use serenity::model::id::{ChannelId, MessageId};
 use std::collections::HashMap;
@@ -127,10 +132,50 @@ impl DiscordChannel {
         text: &str,
     ) -> Result<(), DeliveryError> {
         target
-            .edit_message(&self.http, id, EditMessage::new().content(text))
+            // No bot message keeps buttons once edited (an approval prompt's edit says who
+            // decided; its buttons go).
+            .edit_message(
+                &self.http,
+                id,
+                EditMessage::new().content(text).components(Vec::new()),
+            )
             .await
             .map(|_| ())
             .map_err(|e| failure(e, &self.token))
+    }
+}
+
+impl DiscordChannel {
+    /// An approval prompt with three buttons, answered by component interactions.
+    async fn send_approval(
+        &self,
+        message: &OutboundMessage,
+        prompt: &ApprovalPrompt,
+    ) -> Result<Delivered, DeliveryError> {
+        let target = self.target(&message.route).await?;
+        let button = |label: &str, decision: Decision, style: ButtonStyle| {
+            CreateButton::new(decision.button_data(&prompt.id))
+                .label(label)
+                .style(style)
+        };
+        let row = CreateActionRow::Buttons(vec![
+            button("Approve once", Decision::Approve, ButtonStyle::Success),
+            button(
+                "Always for this chat",
+                Decision::Always,
+                ButtonStyle::Primary,
+            ),
+            button("Deny", Decision::Deny, ButtonStyle::Danger),
+        ]);
+        let text: String = message.text.chars().take(LIMIT).collect();
+        let create = CreateMessage::new().content(text).components(vec![row]);
+        let sent = target
+            .send_message(&self.http, create)
+            .await
+            .map_err(|e| failure(e, &self.token))?;
+        Ok(Delivered {
+            platform_message_id: Some(sent.id.to_string()),
+        })
     }
 }
 
@@ -214,6 +259,9 @@ impl Channel for DiscordChannel {
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        if let Some(prompt) = &message.approval {
+            return self.send_approval(message, prompt).await;
+        }
         if let Some(file) = &message.file {
             let target = self.target(&message.route).await?;
             let attachment = serenity::builder::CreateAttachment::path(&file.path)

@@ -5,10 +5,13 @@
 
 use crate::channel::DiscordChannel;
 use crate::translate::{self, Place};
-use ferroclaw_channel_core::{Channel, ChatCommand, ChatKind, InboundMessage, Inbox};
+use ferroclaw_channel_core::{
+    Channel, ChatCommand, ChatKind, DecisionRequest, InboundMessage, Inbox,
+};
 use serenity::all::{
     ClientBuilder, Command, CommandOptionType, ConnectionStage, Context, CreateCommand,
-    CreateCommandOption, EventHandler, GatewayIntents, Interaction, Message, Ready, ResumedEvent,
+    CreateCommandOption, CreateInteractionResponse, CreateInteractionResponseMessage, EventHandler,
+    GatewayIntents, Interaction, Message, Ready, ResumedEvent,
 };
 use serenity::gateway::GatewayError;
 use serenity::http::Http;
@@ -99,6 +102,23 @@ impl Shared {
         }
     }
 
+    /// Carry out a button press (journalled, retried until durable): what became of it, in
+    /// words for the presser.
+    async fn decide(&self, request: DecisionRequest) -> String {
+        loop {
+            match self.inbox.decide(request.clone()).await {
+                Ok(outcome) => return outcome.words(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not journal a Discord button press; retrying");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return "The service is stopping; press again.".into(),
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
     async fn register_commands(&self, http: &Http) {
         if self.commands_registered.swap(true, Ordering::AcqRel) {
             return;
@@ -166,10 +186,26 @@ impl EventHandler for Handler {
     }
 
     async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
-        let Interaction::Command(command) = interaction else {
-            return;
-        };
         let shared = &self.0;
+        let command = match interaction {
+            Interaction::Command(command) => command,
+            Interaction::Component(component) => {
+                if let Some(request) = translate::press(&component) {
+                    let words = shared.decide(request).await;
+                    // Only the presser sees the answer; the prompt's edit tells everyone.
+                    let answer = CreateInteractionResponse::Message(
+                        CreateInteractionResponseMessage::new()
+                            .content(words)
+                            .ephemeral(true),
+                    );
+                    if let Err(e) = component.create_response(&ctx.http, answer).await {
+                        tracing::warn!(error = %shared.channel.redact(e.to_string()), "could not answer a Discord button press");
+                    }
+                }
+                return;
+            }
+            _ => return,
+        };
         // Discord wants an answer within 3 s; the turn's answer follows up.
         if let Err(e) = command.defer(&ctx.http).await {
             tracing::warn!(error = %shared.channel.redact(e.to_string()), "could not defer a Discord slash command");

@@ -1,10 +1,14 @@
-//! serenity messages and slash commands → ferroclaw's [`InboundMessage`]. Pure functions; the
+//! serenity messages, slash commands and button presses → ferroclaw's [`InboundMessage`]
+//! and [`DecisionRequest`]. Pure functions; the
 //! only place that reads Discord message fields.
 
 use ferroclaw_channel_core::{
-    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, InboundMessage, Sender,
+    Attachment, AttachmentKind, AttachmentSource, ChatKind, ChatRoute, Decision, DecisionRequest,
+    InboundMessage, Sender,
 };
-use serenity::model::application::{CommandDataOptionValue, CommandInteraction};
+use serenity::model::application::{
+    CommandDataOptionValue, CommandInteraction, ComponentInteraction,
+};
 use serenity::model::channel::{ChannelType, Message, PartialChannel};
 use serenity::model::id::UserId;
 
@@ -128,6 +132,23 @@ pub fn inbound(message: &Message, me: UserId, place: Place) -> Option<InboundMes
 }
 
 /// Where a slash command was used, from the channel Discord sends with it.
+/// A press of an approval prompt's button: the decision it carries, or None for a button
+/// that is not ours.
+pub fn press(component: &ComponentInteraction) -> Option<DecisionRequest> {
+    let (approval_id, decision) = Decision::from_button_data(&component.data.custom_id)?;
+    Some(DecisionRequest {
+        channel: CHANNEL.to_string(),
+        approval_id,
+        decision,
+        sender: Sender {
+            id: component.user.id.get().to_string(),
+            name: component.user.name.clone(),
+        },
+        // A redelivered interaction has the same id: one journal entry.
+        platform_id: format!("ix:{}", component.id.get()),
+    })
+}
+
 pub fn command_place(command: &CommandInteraction) -> Place {
     if command.guild_id.is_none() {
         return Place::Direct;

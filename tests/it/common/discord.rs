@@ -136,6 +136,37 @@ impl DiscordStandIn {
         self.dispatch("MESSAGE_CREATE", m);
     }
 
+    /// A press by `user` of the button `custom_id` under the bot's message `message_id` in a
+    /// DM (`guild` None) or guild channel: a component interaction (INTERACTION_CREATE, type
+    /// 3) with id `id`.
+    pub fn press(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        id: u64,
+        message_id: u64,
+        custom_id: &str,
+    ) {
+        let mut d = json!({"id": id.to_string(), "application_id": APP_ID.to_string(), "type": 3,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": message_json(channel, message_id, &bot_user(), "prompt"),
+            "channel_id": channel.to_string(), "token": format!("itoken-{id}"), "version": 1,
+            "app_permissions": "0", "locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {}, "context": 0, "attachment_size_limit": 26214400,
+            "channel": channel_json(channel)});
+        match guild {
+            Some(g) => {
+                d["guild_id"] = json!(g.to_string());
+                d["guild_locale"] = json!("en-US");
+                d["member"] = json!({"user": user_json(user), "roles": [], "permissions": "0",
+                    "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0});
+            }
+            None => d["user"] = user_json(user),
+        }
+        self.dispatch("INTERACTION_CREATE", d);
+    }
+
     /// A slash command (INTERACTION_CREATE) with its one text option.
     pub fn slash(
         &self,
@@ -238,6 +269,17 @@ impl DiscordStandIn {
             .unwrap()
             .get(&channel)
             .map(|m| m.iter().map(|(_, t)| t.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The bot's messages in a channel with their ids, in order, with edits applied.
+    pub fn messages(&self, channel: u64) -> Vec<(u64, String)> {
+        self.inner
+            .messages
+            .lock()
+            .unwrap()
+            .get(&channel)
+            .cloned()
             .unwrap_or_default()
     }
 

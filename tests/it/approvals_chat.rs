@@ -1,8 +1,10 @@
-//! Approvals in Telegram through the real teloxide client and the Bot API stand-in: the
-//! prompt carries inline buttons, a press arrives as a real `callback_query` update (which
-//! the stand-in delivers only when `allowed_updates` asks for it) and is answered with
-//! `answerCallbackQuery`; the prompt is edited to say who decided. In a group only an
-//! approver may decide.
+//! Approvals in the chat apps' own buttons. Telegram, through the real teloxide client and
+//! the Bot API stand-in: the prompt carries inline buttons, a press arrives as a real
+//! `callback_query` update (which the stand-in delivers only when `allowed_updates` asks for
+//! it) and is answered with `answerCallbackQuery`; the prompt is edited to say who decided;
+//! in a group only an approver may decide. Discord, through the real serenity client and the
+//! gateway + REST stand-in: message components, a component interaction answered with an
+//! ephemeral interaction response, the buttons removed by the prompt's edit.
 
 use crate::common::llm::{LlmStandIn, calls_from_the_message};
 use crate::common::service::{Service, Workdir, config_with_llm};
@@ -184,5 +186,113 @@ async fn in_a_group_only_an_approver_decides() {
     tg.press("g2", 9, -100, prompt_id, &buttons[0]);
     assert_eq!(answered(&tg, "g2").await, "✅ Approved.");
     text_containing(&tg, -100, "exit code 0").await;
+    assert_eq!(lines_in(&ran), 1);
+}
+
+fn discord_config(llm: &str, dc: &str) -> String {
+    config_with_llm(
+        llm,
+        &format!(
+            "[channels.discord]\nenabled = true\ntoken_env = \"FC_DC_TOKEN\"\napi_url = \"{dc}\"\n\
+             access = \"open\"\n\n[tools]\nhost_exec = true\n"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_discord_button_press_approves_through_a_component_interaction() {
+    use crate::common::discord::{DM_CHANNEL, DiscordStandIn, TOKEN as DC_TOKEN};
+    let llm = LlmStandIn::start(calls_from_the_message()).await;
+    let dc = DiscordStandIn::start().await;
+    let work = Workdir::new(&discord_config(&llm.url, &dc.url));
+    let ran = work.path().join("ran.txt");
+    let _service = Service::start(&work, &[("FC_DC_TOKEN", DC_TOKEN)]).await;
+    wait_for(
+        "the gateway connection",
+        Duration::from_secs(20),
+        || async { dc.connected().then_some(()) },
+    )
+    .await;
+
+    dc.message(DM_CHANNEL, None, 7, 5001, &run_exec(&ran, "discord"));
+    let sent = wait_for("a prompt with buttons", Duration::from_secs(20), || async {
+        dc.calls_to("POST", &format!("channels/{DM_CHANNEL}/messages"))
+            .into_iter()
+            .find(|c| c.body["components"].is_array())
+    })
+    .await;
+    let buttons = sent.body["components"][0]["components"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let labels: Vec<&str> = buttons
+        .iter()
+        .map(|b| b["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["Approve once", "Always for this chat", "Deny"]);
+    let approve = buttons[0]["custom_id"].as_str().unwrap().to_string();
+    let deny = buttons[2]["custom_id"].as_str().unwrap().to_string();
+    let prompt_id = wait_for("the prompt's id", Duration::from_secs(5), || async {
+        dc.messages(DM_CHANNEL)
+            .into_iter()
+            .find(|(_, t)| t.contains("🔐 Approval needed"))
+            .map(|(id, _)| id)
+    })
+    .await;
+    assert_eq!(lines_in(&ran), 0);
+
+    dc.press(DM_CHANNEL, None, 7, 7001, prompt_id, &approve);
+    let callback = wait_for(
+        "the interaction's answer",
+        Duration::from_secs(20),
+        || async {
+            dc.calls_to("POST", "interactions/7001/itoken-7001/callback")
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    assert_eq!(callback.body["type"], 4, "{:?}", callback.body);
+    assert_eq!(callback.body["data"]["content"], "✅ Approved.");
+    assert_eq!(
+        callback.body["data"]["flags"], 64,
+        "only the presser sees it"
+    );
+    wait_for("the command's output", Duration::from_secs(30), || async {
+        dc.texts(DM_CHANNEL)
+            .into_iter()
+            .find(|t| t.contains("exit code 0"))
+    })
+    .await;
+    assert_eq!(lines_in(&ran), 1);
+    // The prompt is edited to say who decided, and its buttons are gone.
+    let edit = wait_for("the prompt's edit", Duration::from_secs(20), || async {
+        dc.calls_to("PATCH", &format!("messages/{prompt_id}"))
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert!(
+        edit.body["content"]
+            .as_str()
+            .unwrap()
+            .contains("approved by discord:7"),
+        "{:?}",
+        edit.body
+    );
+    assert_eq!(edit.body["components"], json!([]));
+
+    // A second press is answered and has no effect.
+    dc.press(DM_CHANNEL, None, 7, 7002, prompt_id, &deny);
+    let second = wait_for("the second answer", Duration::from_secs(20), || async {
+        dc.calls_to("POST", "interactions/7002/itoken-7002/callback")
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(
+        second.body["data"]["content"],
+        "Already approved by discord:7."
+    );
     assert_eq!(lines_in(&ran), 1);
 }
