@@ -361,3 +361,91 @@ async fn a_request_waiting_across_kill_9_runs_once_after_approve_and_expiry_deni
     });
     assert!(edited, "the prompt says it expired");
 }
+
+/// `ferroclaw chat` in `dir`, its stdin kept open: the writer and what it printed so far.
+fn interactive_chat(
+    dir: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(crate::common::service::BIN)
+        .arg("chat")
+        .current_dir(dir)
+        .env_remove("FERROCLAW_LOG")
+        .env("FERROCLAW_OFFLINE", "1")
+        .env("FERROCLAW_HOME", dir.join("home"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = printed.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (child, stdin, printed)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_terminal_asks_y_a_n_and_denies_what_still_asks_at_the_end_of_input() {
+    use std::io::Write;
+    let llm = LlmStandIn::start(calls_from_the_message()).await;
+    let dir = crate::common::service::folder_with(&config_with_llm(
+        &llm.url,
+        "[tools]\nhost_exec = true\n",
+    ));
+    let ran = dir.path().join("ran.txt");
+    let (mut child, mut stdin, printed) = interactive_chat(dir.path());
+    let seen = |part: &'static str| {
+        let printed = printed.clone();
+        async move {
+            wait_for(
+                &format!("{part:?} on the terminal"),
+                Duration::from_secs(30),
+                || {
+                    let printed = printed.clone();
+                    async move { printed.lock().unwrap().contains(part).then_some(()) }
+                },
+            )
+            .await
+        }
+    };
+    writeln!(stdin, "{}", run(json!([append(&ran, "typed")]))).unwrap();
+    seen("[y] once, [a] always here, [n] no").await;
+    assert_eq!(lines_in(&ran), 0);
+    writeln!(stdin, "y").unwrap();
+    seen("exit code 0").await;
+    assert_eq!(lines_in(&ran), 1);
+
+    // The next one asks too; the input ends without an answer: it is denied, and the
+    // command ends.
+    writeln!(stdin, "{}", run(json!([append(&ran, "unanswered")]))).unwrap();
+    wait_for("the second prompt", Duration::from_secs(30), || {
+        let printed = printed.clone();
+        async move { (printed.lock().unwrap().matches("[y] once").count() == 2).then_some(()) }
+    })
+    .await;
+    drop(stdin);
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success());
+    let out = printed.lock().unwrap().clone();
+    assert!(out.contains("🚫 Denied."), "{out}");
+    assert!(out.contains("denied this `exec` call"), "{out}");
+    assert_eq!(lines_in(&ran), 1, "the unanswered call did not run");
+}

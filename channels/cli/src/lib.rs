@@ -27,6 +27,8 @@ struct State {
     /// Other messages that arrived while a reply was being printed as it streams: shown
     /// after it, so the reply's text is never cut by a card line.
     held: String,
+    /// Approval requests shown and not yet answered at the `[y/a/n]` prompt, oldest first.
+    asking: std::collections::VecDeque<String>,
 }
 
 impl CliChannel {
@@ -37,12 +39,40 @@ impl CliChannel {
                 streamed: HashMap::new(),
                 cards: HashMap::new(),
                 held: String::new(),
+                asking: std::collections::VecDeque::new(),
             }),
         }
     }
 
     pub fn stdout() -> Self {
         Self::new(Box::new(std::io::stdout()))
+    }
+
+    /// The oldest approval request still waiting for an answer at the prompt, taken: the
+    /// `chat` command turns the next `y`, `a` or `n` line into its decision.
+    pub fn take_question(&self) -> Option<String> {
+        self.state
+            .lock()
+            .expect("cli output lock")
+            .asking
+            .pop_front()
+    }
+
+    /// Whether an approval request waits for an answer at the prompt.
+    pub fn asking(&self) -> bool {
+        !self
+            .state
+            .lock()
+            .expect("cli output lock")
+            .asking
+            .is_empty()
+    }
+
+    /// Print one line of the terminal's own (an answer to the prompt), after what is held.
+    pub fn note(&self, line: &str) {
+        let mut state = self.state.lock().expect("cli output lock");
+        let _ = writeln!(state.out, "{line}");
+        let _ = state.out.flush();
     }
 
     /// Print what is still held (a stream that never got its reply); at exit.
@@ -106,9 +136,16 @@ impl Channel for CliChannel {
                     message.text.lines().map(str::to_string).collect(),
                 );
             }
-            match message.kind {
-                OutboundKind::Error => format!("! {}\n", message.text),
-                _ => format!("{}\n", message.text),
+            match (&message.approval, message.kind) {
+                (Some(prompt), _) => {
+                    state.asking.push_back(prompt.id.clone());
+                    format!(
+                        "{}\nApprove `{}`? [y] once, [a] always here, [n] no: ",
+                        message.text, prompt.tool
+                    )
+                }
+                (None, OutboundKind::Error) => format!("! {}\n", message.text),
+                (None, _) => format!("{}\n", message.text),
             }
         };
         // The message that ends a stream (its reply, or an error in its place) is written
