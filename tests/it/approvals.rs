@@ -449,3 +449,62 @@ async fn the_terminal_asks_y_a_n_and_denies_what_still_asks_at_the_end_of_input(
     assert!(out.contains("denied this `exec` call"), "{out}");
     assert_eq!(lines_in(&ran), 1, "the unanswered call did not run");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn presses_on_two_instances_sharing_postgresql_have_one_effect() {
+    let database = crate::common::pg::fresh_database().await;
+    let llm = LlmStandIn::start(calls_from_the_message()).await;
+    let config = cfg(&llm.url, &format!("[storage]\nurl = \"{database}\"\n"));
+    let (work_a, work_b) = (Workdir::new(&config), Workdir::new(&config));
+    let ran = work_a.path().join("ran.txt");
+    let a = Service::start(&work_a, ENV).await;
+    let b = Service::start(&work_b, ENV).await;
+    let (hook_a, hook_b) = (Hook::new(&a, HOOK_SECRET), Hook::new(&b, HOOK_SECRET));
+
+    for (round, conversation) in ["pg1", "pg2", "pg3"].iter().enumerate() {
+        send(
+            &hook_a,
+            conversation,
+            "m1",
+            &run(json!([append(&ran, conversation)])),
+        )
+        .await;
+        let asked = prompt(&hook_b, conversation, 1).await;
+        let id = asked["approval"]["id"].as_str().unwrap().to_string();
+        // Both instances at once: approve on one, deny (or approve again) on the other.
+        let other = if round == 0 { "deny" } else { "approve" };
+        let ((status_a, body_a), (status_b, body_b)) = tokio::join!(
+            decide(&hook_a, &id, "approve", USER),
+            decide(&hook_b, &id, other, USER)
+        );
+        let mut statuses = [status_a, status_b];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "{body_a} {body_b}");
+        let winner = if status_a == 200 { &body_a } else { &body_b };
+        let loser = if status_a == 200 { &body_b } else { &body_a };
+        assert_eq!(
+            loser["decision"], winner["decision"],
+            "the 409 names what was decided"
+        );
+        let decided = winner["decision"].as_str().unwrap();
+        let expect = if decided == "deny" {
+            "denied this"
+        } else {
+            "exit code 0"
+        };
+        let answer = reply(&hook_a, conversation, expect).await;
+        let ran_here = std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l == conversation)
+            .count();
+        assert_eq!(
+            ran_here,
+            usize::from(decided != "deny"),
+            "{decided}: {answer}"
+        );
+        // One reply, one prompt, one edit.
+        assert_eq!(of_kind(&hook_a, conversation, "reply").await.len(), 1);
+        assert_eq!(of_kind(&hook_a, conversation, "approval").await.len(), 1);
+    }
+}
