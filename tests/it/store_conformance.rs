@@ -960,6 +960,7 @@ async fn suite(store: Arc<dyn Store>) {
     effects_are_kept_once_and_forgotten(&*store).await;
     usage_is_reported_and_caps_hold_under_a_race(store.clone()).await;
     rate_windows_count_and_say_when(&*store).await;
+    approvals_open_once_decide_once_and_remember(&*store).await;
 }
 
 fn usage_row(day: &str, user: &str, chat: &str, model: &str, cost: f64) -> NewUsage {
@@ -1267,4 +1268,142 @@ async fn the_sqlite_store_passes_the_conformance_suite() {
 async fn the_postgres_store_passes_the_conformance_suite() {
     let url = crate::common::pg::fresh_database().await;
     suite(Arc::new(PostgresStore::connect(&url).await.unwrap())).await;
+}
+
+async fn approvals_open_once_decide_once_and_remember(store: &dyn Store) {
+    use ferroclaw::storage::{ApprovalDecision, ApprovalState, NewApproval};
+    let chat = route("webhook:main", "ap", None);
+    let request = |id: &str, call_ref: &str, expires: i64| NewApproval {
+        id: id.into(),
+        call_ref: call_ref.into(),
+        session_key: chat.session_key(),
+        route: chat.clone(),
+        agent: "main".into(),
+        requester: Some("webhook:main:u1".into()),
+        tool: "web_fetch".into(),
+        target: "a.example".into(),
+        arguments: "https://a.example/".into(),
+        reason: "this turn read x".into(),
+        deciders: vec!["webhook:main:u1".into()],
+        expires_at_ms: expires,
+    };
+    let prompt = NewOutbound {
+        kind: OutboundKind::Approval,
+        ..out(&chat, "approve?")
+    };
+    // Opened once; the same call again (a redone turn) finds it and queues no second prompt.
+    let (first, created) = store
+        .approval_open(&request("ap1", "j1/web_fetch:x:1", 10_000), &prompt, 1_000)
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(first.state, ApprovalState::Pending);
+    let prompt_id = first.prompt_id.expect("the prompt is queued with it");
+    let (again, created) = store
+        .approval_open(&request("ap2", "j1/web_fetch:x:1", 10_000), &prompt, 2_000)
+        .await
+        .unwrap();
+    assert!(!created);
+    assert_eq!(again.request.id, "ap1");
+    assert_eq!(again.prompt_id, Some(prompt_id));
+    assert!(store.approval_get("ap2").await.unwrap().is_none());
+    assert_eq!(store.approvals_pending().await.unwrap().len(), 1);
+
+    // Decided once: an approval with "always" records the choice and the prompt's edit; a
+    // second decision changes nothing.
+    let edit = NewOutbound {
+        edit_of: Some(prompt_id),
+        ..out(&chat, "approved by u1")
+    };
+    let decide = |state, always, now, edit: Option<NewOutbound>| ApprovalDecision {
+        id: "ap1",
+        state,
+        always,
+        by: "webhook:main:u1",
+        now_ms: now,
+        edit,
+    };
+    assert!(
+        store
+            .approval_decide(&decide(ApprovalState::Approved, true, 3_000, Some(edit)))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .approval_decide(&decide(ApprovalState::Denied, false, 3_001, None))
+            .await
+            .unwrap()
+    );
+    let row = store.approval_get("ap1").await.unwrap().unwrap();
+    assert_eq!(row.state, ApprovalState::Approved);
+    assert!(row.always);
+    assert_eq!(row.decided_by.as_deref(), Some("webhook:main:u1"));
+    assert!(store.approvals_pending().await.unwrap().is_empty());
+    assert!(
+        store
+            .approval_rule_find("webhook:main", "ap", "web_fetch", "a.example")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .approval_rule_find("webhook:main", "ap", "web_fetch", "b.example")
+            .await
+            .unwrap()
+    );
+
+    // Past its deadline a request can only expire; before it, it cannot.
+    store
+        .approval_open(&request("ap3", "j2/exec:y:1", 5_000), &prompt, 4_000)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .approval_decide(&ApprovalDecision {
+                id: "ap3",
+                ..decide(ApprovalState::Expired, false, 4_500, None)
+            })
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .approval_decide(&ApprovalDecision {
+                id: "ap3",
+                ..decide(ApprovalState::Approved, false, 5_000, None)
+            })
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .approval_decide(&ApprovalDecision {
+                id: "ap3",
+                ..decide(ApprovalState::Expired, false, 5_000, None)
+            })
+            .await
+            .unwrap()
+    );
+
+    // Remembered choices are per chat; another chat cannot revoke them.
+    let rules = store
+        .approval_rules(Some(("webhook:main", "ap")))
+        .await
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(store.approval_rules(None).await.unwrap().len(), 1);
+    assert!(
+        !store
+            .approval_rule_revoke("webhook:main", "other", rules[0].id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .approval_rule_revoke("webhook:main", "ap", rules[0].id)
+            .await
+            .unwrap()
+    );
+    assert!(store.approval_rules(None).await.unwrap().is_empty());
 }
