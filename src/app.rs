@@ -53,6 +53,7 @@ pub fn known_for_check() -> crate::config::Known {
             &config,
             store.clone(),
             OutboxNotifier::new([]),
+            Vec::new(),
         ));
         let features = crate::features::build(&crate::features::Services {
             store,
@@ -210,6 +211,7 @@ impl App {
             &config,
             store.clone(),
             notifier.clone(),
+            loaded.secrets.all(),
         ));
         let features = crate::features::build(&crate::features::Services {
             approvals: approvals.clone(),

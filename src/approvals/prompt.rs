@@ -3,6 +3,7 @@
 
 use crate::storage::NewApproval;
 use ferroclaw_channel_core::Decision;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -20,10 +21,11 @@ const SECRET_KEYS: [&str; 8] = [
     "cookie",
 ];
 
-/// The arguments as a prompt shows them: values under secret-looking keys masked, long
-/// strings cut with their length and a short hash (so two requests can be told apart).
-pub fn shown_arguments(arguments: &Value) -> String {
-    let shown = redact(arguments, None);
+/// The arguments as a prompt shows them: configured secret values and values under
+/// secret-looking keys masked, long strings cut with their length and a short hash (so two
+/// requests can be told apart).
+pub fn shown_arguments(arguments: &Value, secrets: &[SecretString]) -> String {
+    let shown = redact(arguments, None, secrets);
     let text = match &shown {
         Value::Object(map) if map.len() == 1 => {
             // One argument (a command, a URL): its value alone reads best.
@@ -37,7 +39,7 @@ pub fn shown_arguments(arguments: &Value) -> String {
     cut(&text)
 }
 
-fn redact(value: &Value, key: Option<&str>) -> Value {
+fn redact(value: &Value, key: Option<&str>, secrets: &[SecretString]) -> Value {
     if let Some(key) = key {
         let lower = key.to_ascii_lowercase();
         if SECRET_KEYS.iter().any(|s| lower.contains(s)) {
@@ -47,11 +49,23 @@ fn redact(value: &Value, key: Option<&str>) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), redact(v, Some(k))))
+                .map(|(k, v)| (k.clone(), redact(v, Some(k), secrets)))
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.iter().map(|v| redact(v, None)).collect()),
-        Value::String(s) => Value::String(cut(s)),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| redact(v, None, secrets)).collect())
+        }
+        Value::String(s) => {
+            let mut s = s.clone();
+            for secret in secrets {
+                let value = secret.expose_secret();
+                // Short values would mask ordinary words; configured secrets are long.
+                if value.len() >= 8 && s.contains(value) {
+                    s = s.replace(value, "[redacted]");
+                }
+            }
+            Value::String(cut(&s))
+        }
         other => other.clone(),
     }
 }
@@ -112,13 +126,20 @@ mod tests {
     #[test]
     fn secrets_are_masked_and_long_values_cut_with_length_and_hash() {
         let long = "x".repeat(1000);
+        let secret = SecretString::from("tok-CONFIGURED-123");
         let shown = shown_arguments(
-            &json!({"url": "https://a.example/", "api_key": "sk-live-123", "body": long}),
+            &json!({"url": "https://a.example/?t=tok-CONFIGURED-123", "api_key": "sk-live-123", "body": long}),
+            std::slice::from_ref(&secret),
         );
+        assert!(!shown.contains("tok-CONFIGURED-123"), "{shown}");
+        assert!(shown.contains("?t=[redacted]"), "{shown}");
         assert!(!shown.contains("sk-live-123"), "{shown}");
         assert!(shown.contains("[hidden]"));
         assert!(shown.contains("1000 characters, sha256 "), "{shown}");
         assert!(shown.len() < 600);
-        assert_eq!(shown_arguments(&json!({"command": "ls -la"})), "ls -la");
+        assert_eq!(
+            shown_arguments(&json!({"command": "ls -la"}), &[]),
+            "ls -la"
+        );
     }
 }

@@ -22,6 +22,8 @@ pub struct Approvals {
     store: Arc<dyn Store>,
     outbox: OutboxNotifier,
     policies: Policies,
+    /// Configured secret values, masked in the arguments a prompt shows.
+    secrets: Vec<secrecy::SecretString>,
     /// Calls waiting in this process, by request id: woken when a decision is recorded here.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -58,10 +60,12 @@ impl Approvals {
         config: &crate::config::Config,
         store: Arc<dyn Store>,
         outbox: OutboxNotifier,
+        secrets: Vec<secrecy::SecretString>,
     ) -> Self {
         Approvals {
             store,
             outbox,
+            secrets,
             policies: Policies::from_config(config),
             waiters: Mutex::new(HashMap::new()),
         }
@@ -142,7 +146,7 @@ impl Approvals {
             requester,
             tool: call.tool.to_string(),
             target: call.risk.target.clone().unwrap_or_default(),
-            arguments: prompt::shown_arguments(call.arguments),
+            arguments: prompt::shown_arguments(call.arguments, &self.secrets),
             reason,
             deciders,
             expires_at_ms: now.saturating_add(policy.timeout_secs as i64 * 1000),

@@ -60,6 +60,16 @@ pub struct Secrets {
 }
 
 impl Secrets {
+    /// Every secret value that is set (to keep them out of what is shown or sent).
+    pub fn all(&self) -> Vec<SecretString> {
+        let mut all: Vec<SecretString> = self.provider_keys.values().flatten().cloned().collect();
+        all.extend(self.channels.values().cloned());
+        all.extend(self.admin_token.iter().cloned());
+        all.extend(self.transcription_key.iter().cloned());
+        all.extend(self.api_token.iter().cloned());
+        all
+    }
+
     /// The secret named by config key `key` (see `ChannelsConfig::secret_refs`).
     pub fn channel(&self, key: &str) -> Option<SecretString> {
         self.channels.get(key).cloned()
