@@ -118,6 +118,14 @@ pub fn decided_text(r: &NewApproval, decision: Option<Decision>, by: &str) -> St
     }
 }
 
+/// The prompt once its turn was stopped before anyone decided.
+pub fn withdrawn_text(r: &NewApproval) -> String {
+    format!(
+        "⏹ `{}` ({}) was withdrawn: its turn was stopped.\n{}",
+        r.tool, r.id, r.arguments
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

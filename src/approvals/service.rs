@@ -220,7 +220,7 @@ impl Approvals {
                         row.request.tool
                     ));
                 }
-                ApprovalState::Expired => {
+                ApprovalState::Expired | ApprovalState::Withdrawn => {
                     return Verdict::Refuse(format!(
                         "no one approved this `{}` call in time; it did not run",
                         row.request.tool
@@ -259,6 +259,42 @@ impl Approvals {
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "could not mark an approval request expired"),
+        }
+    }
+
+    /// `/stop` ended `session`'s turn: its requests still pending are withdrawn (a later
+    /// press is answered "expired") and their prompts say so.
+    pub async fn withdraw_session(&self, session: &str) {
+        let pending = match self.store.approvals_pending().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read pending approvals to withdraw");
+                return;
+            }
+        };
+        for row in pending.iter().filter(|r| r.request.session_key == session) {
+            let edit = row.prompt_id.map(|prompt_id| NewOutbound {
+                route: row.request.route.clone(),
+                kind: OutboundKind::Status,
+                text: prompt::withdrawn_text(&row.request),
+                in_reply_to: None,
+                edit_of: Some(prompt_id),
+                file: None,
+                approval: None,
+            });
+            let withdrawal = ApprovalDecision {
+                id: &row.request.id,
+                state: ApprovalState::Withdrawn,
+                always: false,
+                by: "stop",
+                now_ms: crate::clock::now_ms(),
+                edit,
+            };
+            match self.store.approval_decide(&withdrawal).await {
+                Ok(true) => self.outbox.kick(&row.request.route.channel),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "could not withdraw an approval request"),
+            }
         }
     }
 
@@ -344,7 +380,7 @@ impl Approvals {
                 self.expire(&row).await;
                 DecisionOutcome::Expired
             }
-            ApprovalState::Expired => DecisionOutcome::Expired,
+            ApprovalState::Expired | ApprovalState::Withdrawn => DecisionOutcome::Expired,
         })
     }
 }

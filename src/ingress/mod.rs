@@ -176,6 +176,8 @@ impl crate::lanes::EntryGate for Admission {
         }
         if Command::parse(entry.message.text.trim()) == Some(Command::Stop) {
             let (stopped, killed) = self.stop_here(&entry.session_key, lanes);
+            // What the stopped turn asked and no one decided is no longer asked.
+            self.approvals.withdraw_session(&entry.session_key).await;
             if let Some(signals) = &self.signals {
                 signals.send(crate::signals::Signal::Stop {
                     session: entry.session_key.clone(),

@@ -18,6 +18,8 @@ pub enum ApprovalState {
     Approved,
     Denied,
     Expired,
+    /// Its turn was stopped before anyone decided.
+    Withdrawn,
 }
 
 impl ApprovalState {
@@ -27,6 +29,7 @@ impl ApprovalState {
             ApprovalState::Approved => "approved",
             ApprovalState::Denied => "denied",
             ApprovalState::Expired => "expired",
+            ApprovalState::Withdrawn => "withdrawn",
         }
     }
 
@@ -36,6 +39,7 @@ impl ApprovalState {
             "approved" => ApprovalState::Approved,
             "denied" => ApprovalState::Denied,
             "expired" => ApprovalState::Expired,
+            "withdrawn" => ApprovalState::Withdrawn,
             _ => return None,
         })
     }
@@ -80,7 +84,7 @@ pub struct ApprovalRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalDecision<'a> {
     pub id: &'a str,
-    /// `Approved`, `Denied` (before expiry) or `Expired` (after).
+    /// `Approved`, `Denied` (before expiry), `Expired` (after) or `Withdrawn` (any time).
     pub state: ApprovalState,
     /// Remember it for the chat, tool and target.
     pub always: bool,
@@ -114,7 +118,7 @@ pub trait ApprovalStore: Send + Sync {
     ) -> StoreResult<(ApprovalRow, bool)>;
     async fn approval_get(&self, id: &str) -> StoreResult<Option<ApprovalRow>>;
     /// Move a pending request to its decision (an approval or denial only before it
-    /// expires, an expiry only after), with its edit and remembered choice, in one
+    /// expires, an expiry only after, a withdrawal any time), with its edit and remembered choice, in one
     /// transaction. False when it was not pending (or the time did not fit): nothing changed.
     async fn approval_decide(&self, decision: &ApprovalDecision<'_>) -> StoreResult<bool>;
     /// Requests still pending, oldest first.
@@ -253,10 +257,10 @@ macro_rules! requests {
 
             async fn approval_decide(&self, decision: &$crate::storage::ApprovalDecision<'_>) -> $crate::storage::StoreResult<bool> {
                 // An approval or a denial counts only before the deadline, an expiry only after.
-                let timing = if decision.state == $crate::storage::ApprovalState::Expired {
-                    "expires_at <= $5"
-                } else {
-                    "expires_at > $5"
+                let timing = match decision.state {
+                    $crate::storage::ApprovalState::Expired => "expires_at <= $5",
+                    $crate::storage::ApprovalState::Withdrawn => "TRUE",
+                    _ => "expires_at > $5",
                 };
                 let mut tx = self.write.begin().await?;
                 let changed = sqlx::query(&format!(

@@ -215,6 +215,33 @@ async fn host_exec_waits_for_a_decision_runs_once_after_approve_and_not_after_de
         statuses.iter().any(|m| m["text"] == "🚫 Denied."),
         "the /deny is answered: {statuses:?}"
     );
+
+    // `/stop` while it waits: the request is withdrawn, a later press is told it expired.
+    send(&hook, "c1", "m4", &run(json!([append(&ran, "three")]))).await;
+    let asked = prompt(&hook, "c1", 3).await;
+    let id = asked["approval"]["id"].as_str().unwrap().to_string();
+    send(&hook, "c1", "m5", "/stop").await;
+    let withdrawn = wait_for(
+        "the prompt's withdrawal",
+        Duration::from_secs(10),
+        || async {
+            hook.list("c1", 0).await.into_iter().find(|m| {
+                m["edit_of"] == asked["id"]
+                    && m["text"].as_str().unwrap_or("").contains("withdrawn")
+            })
+        },
+    )
+    .await;
+    assert!(
+        withdrawn["text"]
+            .as_str()
+            .unwrap()
+            .contains("turn was stopped")
+    );
+    let (status, body) = decide(&hook, &id, "approve", USER).await;
+    assert_eq!(status, 410, "{body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(lines_in(&ran), 1, "a withdrawn call never runs");
 }
 
 #[tokio::test(flavor = "multi_thread")]
