@@ -236,6 +236,12 @@ CREATE TABLE approval_rules (
     UNIQUE (channel, chat_id, tool, target)
 );
 
+CREATE TABLE run_taint (
+    run_id     TEXT PRIMARY KEY,
+    source     TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+
 CREATE INDEX transcript_by_session ON transcript (session_key, epoch, id);
 
 CREATE INDEX inbound_pending ON inbound (state, id);

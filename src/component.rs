@@ -39,6 +39,8 @@ pub struct TurnScope<'a> {
     pub sender: Option<&'a str>,
     /// How many files came with the message.
     pub attachments: usize,
+    /// The subagent run whose outcome the message reports (an internal message).
+    pub reports_run: Option<&'a str>,
 }
 
 /// A command's answer.

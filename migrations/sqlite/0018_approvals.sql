@@ -39,3 +39,10 @@ CREATE TABLE approval_rules (
 );
 -- The approval a bot message of kind 'approval' asks (JSON), for channels that render it.
 ALTER TABLE outbox ADD COLUMN approval TEXT;
+-- What untrusted content a subagent run read (the first source): the turn that reads its
+-- outcome is tainted by it, whichever process runs that turn and after a restart.
+CREATE TABLE run_taint (
+    run_id     TEXT PRIMARY KEY,
+    source     TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);

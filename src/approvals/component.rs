@@ -113,8 +113,13 @@ impl Component for ApprovalsComponent {
     }
 
     /// The turn starts tainted when it carries files, or comes from a group member who is
-    /// not an approver.
+    /// not an approver; one that reads a subagent's outcome is tainted by what that run read
+    /// (the gate looks it up).
     fn prepare_turn(&self, turn: &TurnScope<'_>, handles: &mut TurnHandles) {
+        if let Some(run) = turn.reports_run {
+            handles.insert(Taint::reporting(run));
+            return;
+        }
         let source = if turn.attachments > 0 {
             Some("an attached file".to_string())
         } else {

@@ -21,7 +21,14 @@ impl ApprovalGate {
 #[async_trait]
 impl Gate for ApprovalGate {
     async fn before_tool(&self, call: &ToolCallFacts<'_>) -> Verdict {
-        let taint = call.handles.get::<Taint>().and_then(Taint::source);
+        let held = call.handles.get::<Taint>();
+        if let Some(held) = held
+            && let Some(run) = held.take_reported_run()
+            && let Some(source) = self.approvals.run_taint(&run).await
+        {
+            held.mark(|| format!("a subagent's result that read {source}"));
+        }
+        let taint = held.and_then(Taint::source);
         let rules = self.approvals.policies().of(call.scope.agent);
         let Some(reason) = policy::reason(rules, call.tool, call.risk, taint.as_deref()) else {
             return Verdict::Allow;
@@ -36,11 +43,27 @@ impl Gate for ApprovalGate {
         if !call.risk.untrusted_result || result.starts_with("Error:") {
             return;
         }
-        if let Some(taint) = call.handles.get::<Taint>() {
-            taint.mark(|| match call.risk.target.as_deref() {
-                Some(host) if !host.is_empty() => format!("what `{}` got from {host}", call.tool),
-                _ => format!("the result of `{}`", call.tool),
-            });
+        let Some(taint) = call.handles.get::<Taint>() else {
+            return;
+        };
+        let source = match call.risk.target.as_deref() {
+            Some(host) if !host.is_empty() => format!("what `{}` got from {host}", call.tool),
+            _ => format!("the result of `{}`", call.tool),
+        };
+        // A subagent's taint is kept with its run: the turn that reads its outcome (in
+        // whichever process, after a restart too) is tainted by it.
+        if taint.mark(|| source.clone())
+            && let Some(run) = subagent_run(call.scope.session_key)
+        {
+            self.approvals.record_run_taint(run, &source).await;
         }
     }
+}
+
+/// The run a subagent's session belongs to (`agent:<id>:subagent:<run>`, SPEC section 3).
+fn subagent_run(session_key: &str) -> Option<&str> {
+    session_key
+        .strip_prefix("agent:")
+        .and_then(|rest| rest.split_once(":subagent:"))
+        .map(|(_, run)| run)
 }

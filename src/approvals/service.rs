@@ -113,6 +113,23 @@ impl Approvals {
             .await
     }
 
+    /// What run `run_id` read that cannot be trusted. A record that cannot be read counts
+    /// as tainted (the turn asks rather than trusts).
+    pub(super) async fn run_taint(&self, run_id: &str) -> Option<String> {
+        self.store.run_taint_of(run_id).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not read a subagent run's taint; treating it as tainted");
+            Some("content whose origin could not be checked".into())
+        })
+    }
+
+    /// Keep that run `run_id` read `source`.
+    pub(super) async fn record_run_taint(&self, run_id: &str, source: &str) {
+        let now = crate::clock::now_ms();
+        if let Err(e) = self.store.run_taint_record(run_id, source, now).await {
+            tracing::warn!(error = %e, "could not record a subagent run's taint");
+        }
+    }
+
     /// A request by id.
     pub async fn find(&self, id: &str) -> Result<Option<ApprovalRow>, StoreError> {
         self.store.approval_get(id).await

@@ -201,6 +201,7 @@ async fn turn_with(
         images: &[],
         mention_names: &[],
         job: None,
+        reports_run: None,
     };
     let out = engine
         .run_turn(

@@ -115,6 +115,8 @@ pub struct TurnInput<'a> {
     /// The scheduled job this turn runs for: set from the journal entry's internal flag
     /// (`schedules::job_of_message`), never from an id a client can choose.
     pub job: Option<&'a str>,
+    /// The subagent run whose outcome this (internal) message reports.
+    pub reports_run: Option<&'a str>,
 }
 
 /// What a turn produced before it is committed.
@@ -502,6 +504,7 @@ impl Engine {
             persona,
             sender: input.sender,
             attachments: input.attachments.len(),
+            reports_run: input.reports_run,
         };
         for component in &self.components {
             component.prepare_turn(&turn, &mut handles);

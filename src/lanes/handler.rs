@@ -101,6 +101,12 @@ impl TurnHandler {
             images: &[],
             mention_names: &entry.message.mention_names,
             job,
+            // Only the service writes internal entries (a client's message id is its own).
+            reports_run: entry
+                .message
+                .internal
+                .then(|| entry.message.platform_message_id.strip_prefix("subagent:"))
+                .flatten(),
         };
         let output: TurnOutput = self
             .engine

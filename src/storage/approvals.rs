@@ -1,5 +1,5 @@
-//! Tool calls waiting for a person's decision, and the "always" choices people made
-//! (SPEC section 17).
+//! Tool calls waiting for a person's decision, the "always" choices people made, and what
+//! untrusted content a subagent run read (SPEC section 17).
 //!
 //! The traits and their rows, then their SQL, written once for both dialects (the macros below
 //! expand the same bodies for SQLite and PostgreSQL). A request is opened with its prompt in
@@ -145,6 +145,15 @@ pub trait ApprovalRuleStore: Send + Sync {
         chat_id: &str,
         id: i64,
     ) -> StoreResult<bool>;
+}
+
+/// What untrusted content a subagent run read.
+#[async_trait]
+pub trait TaintStore: Send + Sync {
+    /// Record that run `run_id` read `source` (the first record stays).
+    async fn run_taint_record(&self, run_id: &str, source: &str, now_ms: i64) -> StoreResult<()>;
+    /// What run `run_id` read that cannot be trusted, if anything.
+    async fn run_taint_of(&self, run_id: &str) -> StoreResult<Option<String>>;
 }
 
 const COLUMNS: &str = "id, call_ref, session_key, route, agent, requester, tool, target, arguments, reason, \
@@ -376,6 +385,32 @@ macro_rules! rules {
     };
 }
 
+macro_rules! taint {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::storage::TaintStore for $store {
+            async fn run_taint_record(&self, run_id: &str, source: &str, now_ms: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query("INSERT INTO run_taint (run_id, source, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+                    .bind(run_id)
+                    .bind(source)
+                    .bind(now_ms)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn run_taint_of(&self, run_id: &str) -> $crate::storage::StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar("SELECT source FROM run_taint WHERE run_id = $1")
+                    .bind(run_id)
+                    .fetch_optional(&self.read)
+                    .await?)
+            }
+        }
+    };
+}
+
+taint!(super::SqliteStore);
+taint!(super::PostgresStore);
 decode!(super::SqliteStore, sqlx::Sqlite);
 decode!(super::PostgresStore, sqlx::Postgres);
 requests!(super::SqliteStore, sqlx::Sqlite);

@@ -31,7 +31,7 @@ mod usage;
 
 pub use approvals::{
     ApprovalDecision, ApprovalRow, ApprovalRule, ApprovalRuleStore, ApprovalState, ApprovalStore,
-    NewApproval,
+    NewApproval, TaintStore,
 };
 pub use connect::connect;
 pub use effects::EffectStore;
@@ -95,6 +95,7 @@ pub trait Store:
     + UsageStore
     + ApprovalStore
     + ApprovalRuleStore
+    + TaintStore
     + Send
     + Sync
 {

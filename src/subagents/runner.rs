@@ -220,6 +220,7 @@ async fn execute(
                 images: &[],
                 mention_names: &[],
                 job: None,
+                reports_run: None,
             };
             let stop = CancellationToken::new();
             let output = {

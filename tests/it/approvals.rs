@@ -535,3 +535,61 @@ async fn presses_on_two_instances_sharing_postgresql_have_one_effect() {
         assert_eq!(of_kind(&hook_a, conversation, "approval").await.len(), 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_s_result_taints_the_turn_that_reads_it_only_when_the_run_read_a_page() {
+    use crate::common::llm::{Behaviour, fresh_results, last_user};
+    let page = page_server().await;
+    let first = format!("{page}/page");
+    let other = first.replace("127.0.0.1", "localhost");
+    let (read, fetch_other) = (first.clone(), other.clone());
+    let model = calls_from_the_message();
+    let llm = LlmStandIn::start(move |body, index| {
+        let user = last_user(body);
+        let done = fresh_results(body);
+        if let Some(task) = user.strip_prefix("spawn: ") {
+            // The person's turn: spawn a child for `task`, then say so.
+            return if done.is_empty() {
+                Behaviour::tool("sessions_spawn", json!({"task": task, "label": "reader"}))
+            } else {
+                Behaviour::reply("spawned")
+            };
+        }
+        if user.starts_with("[Subagent") {
+            // The report's turn: fetch from another host, then answer.
+            return if done.is_empty() {
+                Behaviour::tool("web_fetch", json!({"url": fetch_other}))
+            } else {
+                Behaviour::reply(format!("report done: {}", done.join(" | ")))
+            };
+        }
+        model(body, index)
+    })
+    .await;
+    let work = Workdir::new(&cfg(
+        &llm.url,
+        &format!("[approvals]\napprovers = [\"webhook:main:{USER}\"]\n"),
+    ));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+
+    // A child that read nothing untrusted: the report's turn fetches without asking.
+    send(&hook, "c1", "m1", "spawn: say hello").await;
+    reply(&hook, "c1", "report done: HTTP 200").await;
+    assert!(of_kind(&hook, "c1", "approval").await.is_empty());
+
+    // A child that read a page: the report's turn asks before fetching elsewhere, naming why.
+    let task = run(json!([["web_fetch", {"url": read}]]));
+    send(&hook, "c2", "m1", &format!("spawn: {task}")).await;
+    let asked = prompt(&hook, "c2", 1).await;
+    let reason = asked["approval"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("a subagent's result that read what `web_fetch` got from 127.0.0.1"),
+        "{asked}"
+    );
+    assert_eq!(asked["approval"]["arguments"], other.as_str());
+    let id = asked["approval"]["id"].as_str().unwrap();
+    let (status, body) = decide(&hook, id, "approve", USER).await;
+    assert_eq!(status, 200, "{body}");
+    reply(&hook, "c2", "report done: HTTP 200").await;
+}
