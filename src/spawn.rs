@@ -31,6 +31,9 @@ pub struct SpawnScope {
     /// Spawns already made by the turn this scope belongs to
     /// (`subagents.max_spawns_per_turn` caps them).
     pub spawned_this_turn: Arc<AtomicU32>,
+    /// The person whose message the tree started from (their platform id in `origin`'s
+    /// channel): the tree's turns work for them (their caps, their approvals in a DM).
+    pub requester: Option<String>,
 }
 
 /// The `sessions_spawn` parameters.

@@ -328,7 +328,9 @@ impl Engine {
             Some(Command::Plan(task)) => !task.is_empty(),
             Some(_) => false,
         };
-        if for_model && input.job.is_none() && input.sender.is_some() {
+        // A subagent's report works for the person but is not a message of theirs.
+        if for_model && input.job.is_none() && input.reports_run.is_none() && input.sender.is_some()
+        {
             let scope = crate::policy::CallScope {
                 session_key: &session.key,
                 agent: &self.agents().of_session(&session.key).id,

@@ -137,6 +137,7 @@ impl Component for SubagentsComponent {
                 parent_tools: persona.tools.clone(),
                 agent: persona.agent.clone(),
                 spawned_this_turn: Default::default(),
+                requester: turn.sender.map(str::to_string),
             }),
         });
     }

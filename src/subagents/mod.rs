@@ -59,6 +59,8 @@ pub(crate) struct RunSpec {
     pub status_message: Option<i64>,
     /// A new run, or one a restart or another process resumes.
     pub start: Start,
+    /// The person the tree works for (see `SpawnScope::requester`).
+    pub requester: Option<String>,
 }
 
 /// How a run's task starts.
@@ -365,6 +367,7 @@ impl Registry {
             tools: tools.clone(),
             sandbox: request.sandbox,
             timeout_secs: timeout.as_secs(),
+            requester: scope.requester.clone(),
         };
         let now = crate::clock::now_ms();
         let row = RunRow {
@@ -437,6 +440,7 @@ impl Registry {
             origin,
             status_message: Some(status_message),
             start: Start::New,
+            requester: scope.requester.clone(),
         };
         tracing::info!(run_id = %id, label = %label, agent = %agent.id, depth, parent = %scope.parent_session, "subagent spawned");
         self.launch(live, spec, inputs);

@@ -28,6 +28,19 @@ pub(crate) struct StoredSpec {
     pub tools: Vec<String>,
     pub sandbox: bool,
     pub timeout_secs: u64,
+    /// The person the tree works for (absent in runs stored before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
+}
+
+impl StoredSpec {
+    /// The requester kept in a run row's spec.
+    pub fn requester_of(row: &RunRow) -> Option<String> {
+        row.spec
+            .as_deref()
+            .and_then(|json| serde_json::from_str::<StoredSpec>(json).ok())
+            .and_then(|spec| spec.requester)
+    }
 }
 
 impl StoredSpec {
@@ -125,6 +138,7 @@ impl Registry {
                 step: row.step.max(1),
                 input: row.step_input.clone(),
             },
+            requester: stored.requester,
         })
     }
 
@@ -160,8 +174,15 @@ mod tests {
             tools: vec!["exec".into(), "message".into()],
             sandbox: true,
             timeout_secs: 90,
+            requester: Some("7".into()),
         };
         let back: StoredSpec = serde_json::from_str(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
+        // A spec stored before the requester was kept reads back without one.
+        let old = r#"{"system":"s","tools":[],"sandbox":false,"timeout_secs":5}"#;
+        assert_eq!(
+            serde_json::from_str::<StoredSpec>(old).unwrap().requester,
+            None
+        );
     }
 }

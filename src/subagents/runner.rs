@@ -117,6 +117,7 @@ pub(crate) async fn run(
                 origin_message: spec.origin.message.as_deref(),
                 depth: i64::from(spec.depth),
                 status_message: spec.status_message,
+                requester: spec.requester.clone(),
             };
             let mut attempts = 0;
             while let Err(e) = finish(&registry, &run, state, result.clone()).await {
@@ -215,7 +216,9 @@ async fn execute(
                 route: &route,
                 message_id: &message_id,
                 effects: Some((&effects, redo)),
-                sender: None,
+                // The person the tree works for: their caps count its calls, and in a DM
+                // they decide its approvals.
+                sender: spec.requester.as_deref(),
                 attachments: &[],
                 images: &[],
                 mention_names: &[],
@@ -417,6 +420,8 @@ pub(crate) struct Ending<'a> {
     pub origin_message: Option<&'a str>,
     pub depth: i64,
     pub status_message: Option<i64>,
+    /// The person the tree works for: the parent's turn on the outcome works for them too.
+    pub requester: Option<String>,
 }
 
 impl<'a> From<&'a RunRow> for Ending<'a> {
@@ -430,6 +435,7 @@ impl<'a> From<&'a RunRow> for Ending<'a> {
             origin_message: row.origin_message.as_deref(),
             depth: row.depth,
             status_message: row.status_message,
+            requester: super::resume::StoredSpec::requester_of(row),
         }
     }
 }
@@ -466,8 +472,13 @@ pub(crate) async fn finish(
         (
             InboundMessage {
                 route: route.clone(),
+                // The turn on the outcome works for the person the tree works for (their
+                // caps, their approvals in a DM); it is no message of theirs (no rate limit).
                 sender: Sender {
-                    id: format!("subagent:{}", row.id),
+                    id: row
+                        .requester
+                        .clone()
+                        .unwrap_or_else(|| format!("subagent:{}", row.id)),
                     name: row.label.to_string(),
                 },
                 platform_message_id: format!("subagent:{}", row.id),

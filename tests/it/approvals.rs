@@ -593,3 +593,40 @@ async fn a_subagent_s_result_taints_the_turn_that_reads_it_only_when_the_run_rea
     assert_eq!(status, 200, "{body}");
     reply(&hook, "c2", "report done: HTTP 200").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_s_call_is_approved_by_the_person_its_tree_works_for() {
+    use crate::common::llm::{Behaviour, fresh_results, last_user};
+    let model = calls_from_the_message();
+    let llm = LlmStandIn::start(move |body, index| {
+        let user = last_user(body);
+        if let Some(task) = user.strip_prefix("spawn: ") {
+            return if fresh_results(body).is_empty() {
+                Behaviour::tool("sessions_spawn", json!({"task": task, "label": "worker"}))
+            } else {
+                Behaviour::reply("spawned")
+            };
+        }
+        if user.starts_with("[Subagent") {
+            return Behaviour::reply("reported");
+        }
+        model(body, index)
+    })
+    .await;
+    // No approvers: in this conversation (a DM) only the person may decide.
+    let work = Workdir::new(&cfg(&llm.url, ""));
+    let ran = work.path().join("ran.txt");
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    let task = run(json!([append(&ran, "child")]));
+    send(&hook, "c1", "m1", &format!("spawn: {task}")).await;
+    // The child's host exec asks in the chat the tree started from, and the person decides.
+    let asked = prompt(&hook, "c1", 1).await;
+    let id = asked["approval"]["id"].as_str().unwrap();
+    let (status, body) = decide(&hook, id, "approve", "someone-else").await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = decide(&hook, id, "approve", USER).await;
+    assert_eq!(status, 200, "{body}");
+    reply(&hook, "c1", "reported").await;
+    assert_eq!(lines_in(&ran), 1);
+}
