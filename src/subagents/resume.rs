@@ -163,6 +163,23 @@ impl Registry {
     }
 }
 
+/// A stored run's ending (a restart reports it as interrupted).
+impl<'a> From<&'a RunRow> for runner::Ending<'a> {
+    fn from(row: &'a RunRow) -> Self {
+        runner::Ending {
+            to_waiter: false,
+            id: &row.id,
+            label: &row.label,
+            parent_session: &row.parent_session,
+            origin_route: &row.origin_route,
+            origin_message: row.origin_message.as_deref(),
+            depth: row.depth,
+            status_message: row.status_message,
+            requester: StoredSpec::requester_of(row),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::StoredSpec;

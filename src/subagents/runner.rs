@@ -8,7 +8,7 @@ use super::{LiveRun, Registry, RunInputs, RunOrigin, RunProgress, RunSpec, Start
 use crate::engine::TurnInput;
 use crate::policy::RunPersona;
 use crate::storage::{
-    MailKind, NewOutbound, RunFinish, RunFinished, RunRow, RunState, StoreError, TurnCommit,
+    MailKind, NewOutbound, RunFinish, RunFinished, RunState, StoreError, TurnCommit,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
@@ -422,22 +422,6 @@ pub(crate) struct Ending<'a> {
     pub status_message: Option<i64>,
     /// The person the tree works for: the parent's turn on the outcome works for them too.
     pub requester: Option<String>,
-}
-
-impl<'a> From<&'a RunRow> for Ending<'a> {
-    fn from(row: &'a RunRow) -> Self {
-        Ending {
-            to_waiter: false,
-            id: &row.id,
-            label: &row.label,
-            parent_session: &row.parent_session,
-            origin_route: &row.origin_route,
-            origin_message: row.origin_message.as_deref(),
-            depth: row.depth,
-            status_message: row.status_message,
-            requester: super::resume::StoredSpec::requester_of(row),
-        }
-    }
 }
 
 /// Record a run's end with its announcement, status edit and parent message (once), and
