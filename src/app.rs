@@ -54,6 +54,7 @@ pub fn known_for_check() -> crate::config::Known {
             store.clone(),
             OutboxNotifier::new([]),
             Vec::new(),
+            None,
         ));
         let features = crate::features::build(&crate::features::Services {
             store,
@@ -212,6 +213,7 @@ impl App {
             store.clone(),
             notifier.clone(),
             loaded.secrets.all(),
+            signals.clone(),
         ));
         let features = crate::features::build(&crate::features::Services {
             approvals: approvals.clone(),
@@ -296,7 +298,7 @@ impl App {
             handler.clone(),
             access_from(access),
             signals.clone(),
-            approvals,
+            approvals.clone(),
         ));
         let lanes = Lanes::new(
             handler.clone(),
@@ -317,6 +319,7 @@ impl App {
                 notifier.clone(),
                 subagents.clone(),
             );
+            let approvals = approvals.clone();
             worker_tracker.spawn(async move {
                 loop {
                     let signal = tokio::select! {
@@ -346,6 +349,7 @@ impl App {
                             }
                         }
                         crate::signals::Signal::Outbox { channel } => notifier.kick_here(&channel),
+                        crate::signals::Signal::Approval { id } => approvals.wake_here(&id),
                     }
                 }
             });

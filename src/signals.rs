@@ -1,7 +1,7 @@
 //! Signals between `serve` processes on one PostgreSQL database (`LISTEN/NOTIFY` on the
 //! channel `ferroclaw`): `/stop` reaches the process running the session's turn and its
-//! subagents, `/subagents kill` and a run's inbox wake-up (a steer, a child's outcome) the process running the child, and a commit's outbox wake-up reaches the process that delivers and every
-//! process serving an event stream. Each process hears its own notifications too and
+//! subagents, `/subagents kill` and a run's inbox wake-up (a steer, a child's outcome) the process running the child, a commit's outbox wake-up reaches the process that delivers and every
+//! process serving an event stream, and an approval's decision the process whose call waits. Each process hears its own notifications too and
 //! ignores them by origin. SQLite (one process) has none of this.
 //!
 //! Knows the database URL and the signal shapes; the composition root decides what a
@@ -28,6 +28,9 @@ pub enum Signal {
     Mail { run_id: String, steer: bool },
     /// New bot messages were committed for a channel.
     Outbox { channel: String },
+    /// Approval request `id` was decided (or withdrawn): the process whose call waits for it
+    /// reads it at once instead of at its next poll.
+    Approval { id: String },
 }
 
 #[derive(Serialize, Deserialize)]

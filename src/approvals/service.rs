@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// How often a waiting call reads its request again (a decision taken by another process
-/// on the same database wakes no one here).
+/// How often a waiting call reads its request again anyway (a decision taken by another
+/// process is signalled, but a signal can be lost with a dropped database connection).
 const POLL: Duration = Duration::from_secs(1);
 
 pub struct Approvals {
@@ -24,6 +24,9 @@ pub struct Approvals {
     policies: Policies,
     /// Configured secret values, masked in the arguments a prompt shows.
     secrets: Vec<secrecy::SecretString>,
+    /// Other processes on the same database (PostgreSQL): told of each decision, so the
+    /// one whose call waits reads it at once.
+    signals: Option<crate::signals::Signals>,
     /// Calls waiting in this process, by request id: woken when a decision is recorded here.
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -61,11 +64,13 @@ impl Approvals {
         store: Arc<dyn Store>,
         outbox: OutboxNotifier,
         secrets: Vec<secrecy::SecretString>,
+        signals: Option<crate::signals::Signals>,
     ) -> Self {
         Approvals {
             store,
             outbox,
             secrets,
+            signals,
             policies: Policies::from_config(config),
             waiters: Mutex::new(HashMap::new()),
         }
@@ -258,6 +263,21 @@ impl Approvals {
         }
     }
 
+    /// Wake the call waiting for request `id`, here and (PostgreSQL) in the other processes.
+    fn wake(&self, id: &str) {
+        self.wake_here(id);
+        if let Some(signals) = &self.signals {
+            signals.send(crate::signals::Signal::Approval { id: id.to_string() });
+        }
+    }
+
+    /// Wake the call waiting for request `id` in this process, if one does.
+    pub fn wake_here(&self, id: &str) {
+        if let Some(waiter) = self.waiters.lock().expect("waiters lock").get(id) {
+            waiter.notify_one();
+        }
+    }
+
     /// Mark a pending request past its deadline expired, with its prompt's edit.
     async fn expire(&self, row: &ApprovalRow) {
         let edit = self.edit(row, None, "");
@@ -308,7 +328,10 @@ impl Approvals {
                 edit,
             };
             match self.store.approval_decide(&withdrawal).await {
-                Ok(true) => self.outbox.kick(&row.request.route.channel),
+                Ok(true) => {
+                    self.outbox.kick(&row.request.route.channel);
+                    self.wake(&row.request.id);
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "could not withdraw an approval request"),
             }
@@ -374,9 +397,7 @@ impl Approvals {
                 "approval decided"
             );
             self.outbox.kick(&row.request.route.channel);
-            if let Some(waiter) = self.waiters.lock().expect("waiters lock").get(id) {
-                waiter.notify_one();
-            }
+            self.wake(id);
             return Ok(DecisionOutcome::Recorded {
                 decision,
                 by: person.to_string(),
