@@ -67,6 +67,9 @@ pub enum Command {
     },
     /// Apply database migrations and exit
     Migrate(ConfigArg),
+    /// Check a deployment: print findings (HIGH, MEDIUM, LOW) with their fixes; exit 1 when
+    /// any is HIGH
+    Doctor(ConfigArg),
     /// Manage who may talk to the bot in `pairing` access mode
     Pairing {
         #[command(subcommand)]

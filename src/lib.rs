@@ -18,6 +18,7 @@ pub mod commands;
 pub mod component;
 pub mod config;
 pub mod coordination;
+pub mod doctor;
 pub mod egress;
 pub mod engine;
 pub mod exec;

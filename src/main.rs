@@ -45,9 +45,20 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Serve(arg) => with_config(&arg, |loaded| async move {
-            ferroclaw::serve::run(&loaded).await
-        }),
+        Command::Serve(arg) => {
+            let loaded = match load(&arg) {
+                Ok(loaded) => loaded,
+                Err(code) => return code,
+            };
+            // Reachable beyond this machine with nothing guarding it: refused, one line.
+            if let Some(why) = ferroclaw::serve::exposure_refusal(&loaded) {
+                eprintln!("error: {why}");
+                return ExitCode::from(2);
+            }
+            run_with(loaded, |loaded| async move {
+                ferroclaw::serve::run(&loaded).await
+            })
+        }
         Command::Chat { config, session } => with_config(&config, |loaded| async move {
             ferroclaw::chat::run(&loaded, &session).await
         }),
@@ -72,6 +83,26 @@ fn main() -> ExitCode {
             })
         }
         Command::Model { command } => model(command),
+        Command::Doctor(arg) => match load(&arg) {
+            Ok(loaded) => {
+                let findings = ferroclaw::doctor::examine(&loaded);
+                for finding in &findings {
+                    println!("{finding}");
+                }
+                if findings.is_empty() {
+                    println!("no findings");
+                }
+                let high = findings
+                    .iter()
+                    .any(|f| f.severity == ferroclaw::doctor::Severity::High);
+                if high {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(code) => code,
+        },
         Command::PdfText { .. } => unreachable!("handled before logging starts"),
     }
 }
@@ -144,10 +175,18 @@ where
     F: FnOnce(LoadedConfig) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let loaded = match load(arg) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
+    match load(arg) {
+        Ok(loaded) => run_with(loaded, run),
+        Err(code) => code,
+    }
+}
+
+/// Run `run` on a multi-threaded runtime: success, or the error on one line and exit 1.
+fn run_with<F, Fut>(loaded: LoadedConfig, run: F) -> ExitCode
+where
+    F: FnOnce(LoadedConfig) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

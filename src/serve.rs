@@ -17,6 +17,34 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// Why `serve` must not start as configured: listening beyond loopback with no admin token
+/// (SPEC section 18), unless `server.allow_public_unauthenticated` says the operator means it.
+pub fn exposure_refusal(loaded: &LoadedConfig) -> Option<String> {
+    let server = &loaded.config.server;
+    if server.allow_public_unauthenticated
+        || loaded.secrets.admin_token.is_some()
+        || is_loopback(&server.listen)
+    {
+        return None;
+    }
+    Some(format!(
+        "server.listen = \"{}\" is reachable beyond this machine and server.admin_token_env \
+         ({}) names no token: set the token, listen on 127.0.0.1, or set \
+         server.allow_public_unauthenticated = true if this is meant",
+        server.listen, server.admin_token_env
+    ))
+}
+
+/// Whether a listen address only accepts connections from this machine.
+pub fn is_loopback(listen: &str) -> bool {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    listen
+        .rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
+}
+
 pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let config = &loaded.config;
     crate::server::raise_file_limit();
@@ -63,8 +91,17 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         role: role.clone(),
         led,
     };
-    let mut router = crate::server::router(app.store.clone(), app.channels.clone(), readiness)
-        .merge(crate::admin::router(admin));
+    // Beyond loopback the metrics are the operator's too: behind the admin token.
+    let metrics_token = (!is_loopback(&config.server.listen))
+        .then(|| loaded.secrets.admin_token.clone())
+        .flatten();
+    let mut router = crate::server::router(
+        app.store.clone(),
+        app.channels.clone(),
+        readiness,
+        metrics_token,
+    )
+    .merge(crate::admin::router(admin));
     let messages: Arc<dyn MessageLog> = Arc::new(OutboxLog {
         store: app.store.clone(),
         outbox: app.outbox.clone(),
@@ -294,5 +331,18 @@ impl MessageLog for OutboxLog {
 
     fn subscribe(&self) -> broadcast::Receiver<String> {
         self.outbox.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod exposure_tests {
+    #[test]
+    fn only_loopback_addresses_count_as_local() {
+        for local in ["127.0.0.1:8787", "[::1]:0", "localhost:80", "LOCALHOST:1"] {
+            assert!(super::is_loopback(local), "{local}");
+        }
+        for public in ["0.0.0.0:8787", "[::]:0", "10.0.0.2:80", "example.com:80"] {
+            assert!(!super::is_loopback(public), "{public}");
+        }
     }
 }

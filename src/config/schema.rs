@@ -293,6 +293,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Time a client has to send a request header, and the longest pause in a body.
     pub header_timeout_secs: u64,
+    /// Serve on a non-loopback address with no admin token (the admin API then does not
+    /// exist, but nothing else guards the service): only when the operator says so.
+    pub allow_public_unauthenticated: bool,
 }
 
 impl Default for ServerConfig {
@@ -305,6 +308,7 @@ impl Default for ServerConfig {
             max_body_bytes: 262_144,
             max_connections: 1024,
             header_timeout_secs: 10,
+            allow_public_unauthenticated: false,
         }
     }
 }

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ struct Health {
     store: Arc<dyn Store>,
     channels: ChannelMap,
     readiness: Readiness,
+    metrics_token: Option<Arc<SecretString>>,
 }
 
 /// What readiness needs to know of leadership: a follower does not run the receivers of
@@ -31,7 +33,14 @@ pub struct Readiness {
     pub led: Vec<String>,
 }
 
-pub fn router(store: Arc<dyn Store>, channels: ChannelMap, readiness: Readiness) -> Router {
+/// The service's own routes. `metrics_token`: the bearer `/metrics` asks for (the admin
+/// token, when the service listens beyond loopback); None: open, as on loopback.
+pub fn router(
+    store: Arc<dyn Store>,
+    channels: ChannelMap,
+    readiness: Readiness,
+    metrics_token: Option<SecretString>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -40,11 +49,19 @@ pub fn router(store: Arc<dyn Store>, channels: ChannelMap, readiness: Readiness)
             store,
             channels,
             readiness,
+            metrics_token: metrics_token.map(Arc::new),
         })
 }
 
 /// The Prometheus text format, with the outbox backlog read from storage now.
-async fn metrics(State(health): State<Health>) -> Response {
+async fn metrics(State(health): State<Health>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(token) = &health.metrics_token {
+        let given = ferroclaw_channel_core::auth::bearer(&headers).unwrap_or_default();
+        if !ferroclaw_channel_core::auth::token_matches(given, token.expose_secret()) {
+            let body = Json(json!({"error": "missing or wrong bearer token (the admin token)"}));
+            return (StatusCode::UNAUTHORIZED, body).into_response();
+        }
+    }
     let handle = crate::metrics::install();
     match health.store.outbox_backlog_counts().await {
         Ok(counts) => {
