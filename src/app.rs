@@ -122,6 +122,8 @@ pub struct App {
     pub outbox: OutboxNotifier,
     pub turns: TurnWatch,
     pub subagents: Arc<Registry>,
+    /// The skills loaded at start (the admin API shows their content hashes).
+    pub skills: Arc<crate::skills::SkillLibrary>,
     workers: Vec<Arc<DeliveryWorker>>,
     worker_tracker: TaskTracker,
     workers_cancel: CancellationToken,
@@ -402,6 +404,7 @@ impl App {
             outbox: notifier,
             turns,
             subagents,
+            skills,
             workers,
             worker_tracker,
             workers_cancel,

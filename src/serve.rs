@@ -71,6 +71,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             app.store.clone(),
             app.lanes.clone(),
             app.subagents.clone(),
+            app.skills.clone(),
             token,
         )
     });

@@ -29,6 +29,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/admin/usage", get(super::usage::usage))
         .route("/v1/admin/approvals", get(super::approvals::approvals))
+        .route("/v1/admin/skills", get(skills))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
@@ -291,4 +292,26 @@ async fn revoke(State(admin): State<Admin>, Path(user): Path<String>) -> Respons
         Ok(n) => Json(json!({"revoked": user, "channels": n})).into_response(),
         Err(err) => unavailable(err),
     }
+}
+
+/// Each agent's skills with their content hashes at start and now (skills are read, never
+/// executed; an operator sees when a file changed).
+async fn skills(State(admin): State<Admin>) -> Response {
+    let agents: serde_json::Map<String, Value> = admin
+        .skills
+        .menus()
+        .map(|(agent, menu)| {
+            let skills: Vec<Value> = menu
+                .iter()
+                .map(|skill| {
+                    let now = skill.hash_now();
+                    json!({"name": skill.name, "file": skill.file.display().to_string(),
+                        "sha256": skill.sha256, "sha256_now": now,
+                        "changed": now.as_deref() != Some(skill.sha256.as_str())})
+                })
+                .collect();
+            (agent.to_string(), Value::Array(skills))
+        })
+        .collect();
+    Json(json!({"agents": agents})).into_response()
 }

@@ -29,6 +29,7 @@ pub struct Admin {
     pub store: Arc<dyn Store>,
     pub lanes: Lanes,
     pub subagents: Arc<Registry>,
+    pub skills: Arc<crate::skills::SkillLibrary>,
     token: Arc<SecretString>,
 }
 
@@ -37,12 +38,14 @@ impl Admin {
         store: Arc<dyn Store>,
         lanes: Lanes,
         subagents: Arc<Registry>,
+        skills: Arc<crate::skills::SkillLibrary>,
         token: SecretString,
     ) -> Self {
         Admin {
             store,
             lanes,
             subagents,
+            skills,
             token: Arc::new(token),
         }
     }

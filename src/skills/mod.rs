@@ -29,9 +29,36 @@ pub struct Skill {
     pub name: String,
     pub description: String,
     pub file: PathBuf,
+    /// The file's content hash when it was loaded (SHA-256, 12 hex digits).
+    pub sha256: String,
+}
+
+/// The first 12 hex digits of the SHA-256 of `bytes`.
+fn short_hash(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(bytes)[..6])
 }
 
 impl Skill {
+    /// The file's content hash now (None when it can no longer be read): differs from
+    /// `sha256` when the file changed since it was loaded.
+    pub fn hash_now(&self) -> Option<String> {
+        std::fs::read(&self.file).ok().map(|b| short_hash(&b))
+    }
+
+    /// `name (sha256 …)`, with what changed since start: how `/status` and the admin API
+    /// show a skill (skills are read, never executed; a changed file is worth seeing).
+    pub fn fingerprint(&self) -> String {
+        match self.hash_now() {
+            Some(now) if now == self.sha256 => format!("{} (sha256 {})", self.name, self.sha256),
+            Some(now) => format!(
+                "{} (sha256 {} at start, {now} now: changed)",
+                self.name, self.sha256
+            ),
+            None => format!("{} (sha256 {}, file gone)", self.name, self.sha256),
+        }
+    }
+
     /// The instructions (the file after its front matter), read now.
     pub fn instructions(&self) -> Result<String, String> {
         let text = std::fs::read_to_string(&self.file)
@@ -83,6 +110,17 @@ impl SkillLibrary {
         SkillLibrary { menus }
     }
 
+    /// Every agent's menu, by agent id (sorted).
+    pub fn menus(&self) -> impl Iterator<Item = (&str, &[Skill])> {
+        let mut all: Vec<(&str, &[Skill])> = self
+            .menus
+            .iter()
+            .map(|(id, menu)| (id.as_str(), &menu[..]))
+            .collect();
+        all.sort_by_key(|(id, _)| *id);
+        all.into_iter()
+    }
+
     /// The skills `agent` sees (empty for an unknown agent).
     pub fn menu(&self, agent: &str) -> Arc<[Skill]> {
         self.menus
@@ -125,9 +163,9 @@ fn scan(dir: &Path) -> BTreeMap<String, Skill> {
         }
         let parsed = std::fs::read_to_string(&file)
             .map_err(|e| e.to_string())
-            .and_then(|text| parse(&text).map(|(meta, _)| meta));
+            .and_then(|text| parse(&text).map(|(meta, _)| (meta, short_hash(text.as_bytes()))));
         match parsed {
-            Ok((name, _)) if found.contains_key(&name) => {
+            Ok(((name, _), _)) if found.contains_key(&name) => {
                 // Two skills of one name: the first (by folder name) is kept, loudly.
                 tracing::warn!(
                     file = %file.display(),
@@ -136,13 +174,14 @@ fn scan(dir: &Path) -> BTreeMap<String, Skill> {
                     "skill skipped: another skill in the same folder has this name"
                 );
             }
-            Ok((name, description)) => {
+            Ok(((name, description), sha256)) => {
                 found.insert(
                     name.clone(),
                     Skill {
                         name,
                         description,
                         file,
+                        sha256,
                     },
                 );
             }

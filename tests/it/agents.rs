@@ -188,9 +188,10 @@ async fn skills_are_listed_read_on_demand_filtered_per_agent_and_a_broken_one_is
             shared.display(),
             own_workspace.display()
         ),
-    );
+    )
+    .replacen("[server]\n", "[server]\nadmin_token_env = \"FC_ADMIN\"\n", 1);
     std::fs::write(work.dir.path().join("config.toml"), config).unwrap();
-    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let service = Service::start(&work, &[("FC_HOOK", SECRET), ("FC_ADMIN", "admin-SKILLS")]).await;
     let hook = Hook::new(&service, SECRET);
 
     // main: the whole shared menu (names and descriptions, not the instructions).
@@ -236,6 +237,64 @@ async fn skills_are_listed_read_on_demand_filtered_per_agent_and_a_broken_one_is
     assert!(system.starts_with("You write."), "{system}");
     assert!(system.contains("- summarise:") && system.contains("- headline: Write a headline"));
     assert!(!system.contains("translate"), "filtered out: {system}");
+
+    // `/status` shows each skill with its content hash, and says when a file changed.
+    let hash = |text: &str| {
+        use sha2::{Digest, Sha256};
+        hex::encode(&Sha256::digest(text.as_bytes())[..6])
+    };
+    let headline_file = own_workspace
+        .join("skills")
+        .join("headline")
+        .join("SKILL.md");
+    let original = std::fs::read_to_string(&headline_file).unwrap();
+    let status_of = |id: &'static str| {
+        let hook = &hook;
+        async move {
+            let (_, body) = hook.send("w", None, id, "/status", "?wait=20").await;
+            body["replies"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let status = status_of("s1").await;
+    assert!(
+        status.contains(&format!("headline (sha256 {})", hash(&original))),
+        "{status}"
+    );
+    let changed = original.replace("eight", "six");
+    std::fs::write(&headline_file, &changed).unwrap();
+    let status = status_of("s2").await;
+    assert!(
+        status.contains(&format!(
+            "headline (sha256 {} at start, {} now: changed)",
+            hash(&original),
+            hash(&changed)
+        )),
+        "{status}"
+    );
+    // The admin API says the same.
+    let skills: Value = reqwest::Client::new()
+        .get(format!("{}/v1/admin/skills", service.base))
+        .bearer_auth("admin-SKILLS")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let headline = skills["agents"]["writer"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "headline")
+        .unwrap()
+        .clone();
+    assert_eq!(headline["sha256"], hash(&original), "{skills}");
+    assert_eq!(headline["sha256_now"], hash(&changed));
+    assert_eq!(headline["changed"], true);
+    assert_eq!(skills["agents"]["main"][0]["changed"], false, "{skills}");
 
     // plain: no skills, so no menu and no read_skill tool.
     hook.send("p", None, "4", "hi", "?wait=20").await;
