@@ -513,14 +513,7 @@ fn local_provider(
             Some(path) => ModelSource::File(path.into()),
             None => {
                 // The chain's models at this provider must be known, and cached when offline.
-                let prefix = format!("{name}/");
-                let agents = config.agents.values();
-                let ids = std::iter::once(&config.agent.model)
-                    .chain(&config.agent.fallbacks)
-                    .chain(agents.clone().filter_map(|a| a.model.as_ref()))
-                    .chain(agents.flat_map(|a| a.fallbacks.iter().flatten()))
-                    .filter_map(|m| m.strip_prefix(&prefix));
-                for id in ids {
+                for id in config.model_ids_at(name) {
                     let Some(known) = crate::models::known(id) else {
                         return Err(format!(
                             "{name}/{id} is not a known model; set providers.{name}.model_path"

@@ -199,9 +199,7 @@ pub fn examine(loaded: &LoadedConfig) -> Vec<Finding> {
             if provider.kind != ProviderKind::Local || provider.model_path.is_some() {
                 continue;
             }
-            let prefix = format!("{name}/");
-            let chains = std::iter::once(&config.agent.model).chain(&config.agent.fallbacks);
-            for id in chains.filter_map(|m| m.strip_prefix(&prefix)) {
+            for id in config.model_ids_at(name) {
                 let missing = crate::models::known(id)
                     .is_some_and(|known| crate::models::cached(known).is_none());
                 if missing {

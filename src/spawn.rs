@@ -14,6 +14,20 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+/// A subagent's own session key (SPEC section 3): `agent:<agent>:subagent:<run>`.
+pub fn subagent_session_key(agent: &str, run_id: &str) -> String {
+    format!("agent:{agent}:subagent:{run_id}")
+}
+
+/// The run whose session is `session_key` (the inverse of [`subagent_session_key`]), if it
+/// is a subagent's own session.
+pub fn run_of_session(session_key: &str) -> Option<&str> {
+    session_key
+        .strip_prefix("agent:")
+        .and_then(|rest| rest.split_once(":subagent:"))
+        .map(|(_, run_id)| run_id)
+}
+
 /// Where a spawn comes from: the spawning session and the chat/thread to announce into.
 #[derive(Clone)]
 pub struct SpawnScope {

@@ -53,17 +53,9 @@ impl Gate for ApprovalGate {
         // A subagent's taint is kept with its run: the turn that reads its outcome (in
         // whichever process, after a restart too) is tainted by it.
         if taint.mark(|| source.clone())
-            && let Some(run) = subagent_run(call.scope.session_key)
+            && let Some(run) = crate::spawn::run_of_session(call.scope.session_key)
         {
             self.approvals.record_run_taint(run, &source).await;
         }
     }
-}
-
-/// The run a subagent's session belongs to (`agent:<id>:subagent:<run>`, SPEC section 3).
-fn subagent_run(session_key: &str) -> Option<&str> {
-    session_key
-        .strip_prefix("agent:")
-        .and_then(|rest| rest.split_once(":subagent:"))
-        .map(|(_, run)| run)
 }

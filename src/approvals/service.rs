@@ -47,6 +47,20 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// The edit of a request's prompt to `text` (who decided, or why no one did); None when the
+/// request has no prompt.
+fn prompt_edit(row: &ApprovalRow, text: String) -> Option<NewOutbound> {
+    Some(NewOutbound {
+        route: row.request.route.clone(),
+        kind: OutboundKind::Status,
+        text,
+        in_reply_to: None,
+        edit_of: Some(row.prompt_id?),
+        file: None,
+        approval: None,
+    })
+}
+
 /// A request id people can type: 8 characters without look-alikes.
 fn new_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghjkmnpqrstuvwxyz23456789";
@@ -280,7 +294,7 @@ impl Approvals {
 
     /// Mark a pending request past its deadline expired, with its prompt's edit.
     async fn expire(&self, row: &ApprovalRow) {
-        let edit = self.edit(row, None, "");
+        let edit = prompt_edit(row, prompt::decided_text(&row.request, None, ""));
         let decision = ApprovalDecision {
             id: &row.request.id,
             state: ApprovalState::Expired,
@@ -310,22 +324,13 @@ impl Approvals {
             }
         };
         for row in pending.iter().filter(|r| r.request.session_key == session) {
-            let edit = row.prompt_id.map(|prompt_id| NewOutbound {
-                route: row.request.route.clone(),
-                kind: OutboundKind::Status,
-                text: prompt::withdrawn_text(&row.request),
-                in_reply_to: None,
-                edit_of: Some(prompt_id),
-                file: None,
-                approval: None,
-            });
             let withdrawal = ApprovalDecision {
                 id: &row.request.id,
                 state: ApprovalState::Withdrawn,
                 always: false,
                 by: "stop",
                 now_ms: crate::clock::now_ms(),
-                edit,
+                edit: prompt_edit(row, prompt::withdrawn_text(&row.request)),
             };
             match self.store.approval_decide(&withdrawal).await {
                 Ok(true) => {
@@ -336,20 +341,6 @@ impl Approvals {
                 Err(e) => tracing::warn!(error = %e, "could not withdraw an approval request"),
             }
         }
-    }
-
-    /// The prompt's edit for a decision (None: it expired).
-    fn edit(&self, row: &ApprovalRow, decision: Option<Decision>, by: &str) -> Option<NewOutbound> {
-        let prompt_id = row.prompt_id?;
-        Some(NewOutbound {
-            route: row.request.route.clone(),
-            kind: OutboundKind::Status,
-            text: prompt::decided_text(&row.request, decision, by),
-            in_reply_to: None,
-            edit_of: Some(prompt_id),
-            file: None,
-            approval: None,
-        })
     }
 
     /// Carry out `person`'s decision on request `id` (`<channel>:<user>`). `channel`, when
@@ -387,7 +378,10 @@ impl Approvals {
             always: decision == Decision::Always,
             by: person,
             now_ms: now,
-            edit: self.edit(&row, Some(decision), person),
+            edit: prompt_edit(
+                &row,
+                prompt::decided_text(&row.request, Some(decision), person),
+            ),
         };
         if self.store.approval_decide(&recorded).await? {
             tracing::info!(

@@ -230,6 +230,21 @@ impl Default for ApiConfig {
     }
 }
 
+impl Config {
+    /// The model ids at `provider` that some agent's model or fallbacks name
+    /// (`<provider>/<id>`), `[agent]`'s first.
+    pub fn model_ids_at(&self, provider: &str) -> Vec<&str> {
+        let prefix = format!("{provider}/");
+        let agents = self.agents.values();
+        std::iter::once(&self.agent.model)
+            .chain(&self.agent.fallbacks)
+            .chain(agents.clone().filter_map(|a| a.model.as_ref()))
+            .chain(agents.flat_map(|a| a.fallbacks.iter().flatten()))
+            .filter_map(|m| m.strip_prefix(&prefix))
+            .collect()
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

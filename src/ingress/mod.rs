@@ -80,18 +80,17 @@ impl Admission {
             return None;
         };
         let mut words = args.split_whitespace();
-        let decision = match (name.as_str(), words.next(), words.next()) {
-            ("approve", Some(_), None) => Decision::Approve,
-            ("approve", Some(_), Some("always")) => Decision::Always,
-            ("deny", Some(_), None) => Decision::Deny,
-            ("approve" | "deny", _, _) => {
+        let (id, decision) = match (name.as_str(), words.next(), words.next()) {
+            ("approve", Some(id), None) => (id, Decision::Approve),
+            ("approve", Some(id), Some("always")) => (id, Decision::Always),
+            ("deny", Some(id), None) => (id, Decision::Deny),
+            ("approve" | "deny", ..) => {
                 return Some(Ok(
                     "Usage: /approve <id> [always], or /deny <id>".to_string()
                 ));
             }
             _ => return None,
         };
-        let id = args.split_whitespace().next().unwrap_or_default();
         let person = format!(
             "{}:{}",
             entry.message.route.channel, entry.message.sender.id

@@ -234,16 +234,7 @@ impl Registry {
 
     /// Session key of a run of `agent`.
     pub fn session_key(agent: &str, run_id: &str) -> String {
-        format!("agent:{agent}:subagent:{run_id}")
-    }
-
-    /// The run whose session is `session_key` (the inverse of [`Self::session_key`]), if
-    /// it is a subagent's own session.
-    pub(crate) fn run_of_session(session_key: &str) -> Option<&str> {
-        session_key
-            .strip_prefix("agent:")
-            .and_then(|rest| rest.split_once(":subagent:"))
-            .map(|(_, run_id)| run_id)
+        crate::spawn::subagent_session_key(agent, run_id)
     }
 
     fn live_of(&self, parent_session: &str) -> usize {

@@ -479,7 +479,7 @@ pub(crate) async fn finish(
     // A subagent's own child: its outcome is also a step of that subagent (put in its
     // inbox in the same transaction, when it has not ended).
     let report = (row.depth > 1 && !row.to_waiter)
-        .then(|| Registry::run_of_session(row.parent_session))
+        .then(|| crate::spawn::run_of_session(row.parent_session))
         .flatten()
         .map(|parent| {
             (
