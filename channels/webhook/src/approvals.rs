@@ -4,7 +4,6 @@
 //! 404 unknown (or asked on another channel), 409 already decided, 410 expired.
 
 use crate::error::{ApiError, err};
-use crate::signed::verify_signature;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -20,11 +19,7 @@ pub(crate) async fn decide(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let endpoint = state.endpoint(&name)?;
-    let body = axum::body::to_bytes(body, state.max_body_bytes)
-        .await
-        .map_err(|_| err(StatusCode::PAYLOAD_TOO_LARGE, "body too large"))?;
-    let signed_id = verify_signature(endpoint, &headers, &body)?;
+    let (body, signed_id) = crate::signed::signed_body(&state, &name, &headers, body).await?;
     let (decision, user) = parse(&body).map_err(|m| err(StatusCode::BAD_REQUEST, m))?;
     let request = DecisionRequest {
         channel: crate::channel_name(&name),

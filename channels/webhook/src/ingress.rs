@@ -62,16 +62,7 @@ async fn post_message(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let endpoint = state.endpoint(&name)?;
-    let body = axum::body::to_bytes(body, state.max_body_bytes)
-        .await
-        .map_err(|_| {
-            err(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("body exceeds {} bytes", state.max_body_bytes),
-            )
-        })?;
-    let signed_id = crate::signed::verify_signature(endpoint, &headers, &body)?;
+    let (body, signed_id) = crate::signed::signed_body(&state, &name, &headers, body).await?;
 
     let wait = match query.map(|q| q.0.wait) {
         Ok(None) => None,
