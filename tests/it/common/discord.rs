@@ -148,22 +148,9 @@ impl DiscordStandIn {
         message_id: u64,
         custom_id: &str,
     ) {
-        let mut d = json!({"id": id.to_string(), "application_id": APP_ID.to_string(), "type": 3,
-            "data": {"custom_id": custom_id, "component_type": 2},
-            "message": message_json(channel, message_id, &bot_user(), "prompt"),
-            "channel_id": channel.to_string(), "token": format!("itoken-{id}"), "version": 1,
-            "app_permissions": "0", "locale": "en-US", "entitlements": [],
-            "authorizing_integration_owners": {}, "context": 0, "attachment_size_limit": 26214400,
-            "channel": channel_json(channel)});
-        match guild {
-            Some(g) => {
-                d["guild_id"] = json!(g.to_string());
-                d["guild_locale"] = json!("en-US");
-                d["member"] = json!({"user": user_json(user), "roles": [], "permissions": "0",
-                    "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0});
-            }
-            None => d["user"] = user_json(user),
-        }
+        let data = json!({"custom_id": custom_id, "component_type": 2});
+        let mut d = interaction(channel, guild, user, id, 3, data);
+        d["message"] = message_json(channel, message_id, &bot_user(), "prompt");
         self.dispatch("INTERACTION_CREATE", d);
     }
 
@@ -181,26 +168,13 @@ impl DiscordStandIn {
             Some(t) => json!([{"name": "text", "type": 3, "value": t}]),
             None => json!([]),
         };
-        let mut d = json!({"id": id.to_string(), "application_id": APP_ID.to_string(), "type": 2,
-            "data": {"id": "55", "name": name, "type": 1, "options": options},
-            "channel_id": channel.to_string(), "token": format!("itoken-{id}"), "version": 1,
-            "app_permissions": "0", "locale": "en-US", "entitlements": [],
-            "authorizing_integration_owners": {}, "context": 0, "attachment_size_limit": 26214400,
-            "channel": channel_json(channel)});
+        let data = json!({"id": "55", "name": name, "type": 1, "options": options});
+        let d = interaction(channel, guild, user, id, 2, data);
         self.inner
             .interaction_channels
             .lock()
             .unwrap()
             .insert(format!("itoken-{id}"), channel);
-        match guild {
-            Some(g) => {
-                d["guild_id"] = json!(g.to_string());
-                d["guild_locale"] = json!("en-US");
-                d["member"] = json!({"user": user_json(user), "roles": [], "permissions": "0",
-                    "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0});
-            }
-            None => d["user"] = user_json(user),
-        }
         self.dispatch("INTERACTION_CREATE", d);
     }
 
@@ -308,6 +282,33 @@ impl Inner {
             let _ = c.send(Control::Dispatch(frame));
         }
     }
+}
+
+/// An interaction of `kind` (2: a slash command, 3: a component) by `user` in a DM (`guild`
+/// None) or guild channel, as Discord's gateway sends it; its token is `itoken-<id>`.
+fn interaction(
+    channel: u64,
+    guild: Option<u64>,
+    user: u64,
+    id: u64,
+    kind: u8,
+    data: Value,
+) -> Value {
+    let mut d = json!({"id": id.to_string(), "application_id": APP_ID.to_string(), "type": kind,
+        "data": data, "channel_id": channel.to_string(), "token": format!("itoken-{id}"),
+        "version": 1, "app_permissions": "0", "locale": "en-US", "entitlements": [],
+        "authorizing_integration_owners": {}, "context": 0, "attachment_size_limit": 26214400,
+        "channel": channel_json(channel)});
+    match guild {
+        Some(g) => {
+            d["guild_id"] = json!(g.to_string());
+            d["guild_locale"] = json!("en-US");
+            d["member"] = json!({"user": user_json(user), "roles": [], "permissions": "0",
+                "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0});
+        }
+        None => d["user"] = user_json(user),
+    }
+    d
 }
 
 fn bot_user() -> Value {
