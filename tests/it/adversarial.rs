@@ -366,16 +366,7 @@ async fn the_api_serves_only_the_agents_it_lists() {
          [[bindings]]\nagent = \"private\"\nchat = \"owner-chat\"\n",
     ));
     let service = Service::start(&work, &[("FC_API", "api-token")]).await;
-    let client = reqwest::Client::new();
-    let models: Value = client
-        .get(format!("{}/v1/models", service.base))
-        .bearer_auth("api-token")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, models) = service.get_json("/v1/models", "api-token").await;
     let ids: Vec<&str> = models["data"]
         .as_array()
         .unwrap()

@@ -275,15 +275,7 @@ async fn skills_are_listed_read_on_demand_filtered_per_agent_and_a_broken_one_is
         "{status}"
     );
     // The admin API says the same.
-    let skills: Value = reqwest::Client::new()
-        .get(format!("{}/v1/admin/skills", service.base))
-        .bearer_auth("admin-SKILLS")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, skills) = service.get_json("/v1/admin/skills", "admin-SKILLS").await;
     let headline = skills["agents"]["writer"]
         .as_array()
         .unwrap()

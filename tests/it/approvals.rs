@@ -149,15 +149,7 @@ async fn host_exec_waits_for_a_decision_runs_once_after_approve_and_not_after_de
     assert_eq!(llm.count(), 1);
 
     // The admin API lists it as pending.
-    let pending: Value = reqwest::Client::new()
-        .get(format!("{}/v1/admin/approvals", service.base))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, pending) = service.get_json("/v1/admin/approvals", ADMIN).await;
     assert_eq!(pending["pending"][0]["id"], id.as_str(), "{pending}");
 
     // Someone who is not the requester (nor an approver) may not decide it.

@@ -45,17 +45,6 @@ async fn ask(hook: &Hook, conversation: &str, id: &str, text: &str) -> String {
         .join("\n")
 }
 
-async fn admin_get(service: &Service, path: &str) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .get(format!("{}{path}", service.base))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     let llm = LlmStandIn::echo().await;
@@ -71,7 +60,9 @@ async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     assert_eq!(llm.count(), 3);
 
     // The admin API: three calls of 11 + 7 tokens at the configured prices.
-    let (status, report) = admin_get(&service, "/v1/admin/usage?group_by=user").await;
+    let (status, report) = service
+        .get_json("/v1/admin/usage?group_by=user", ADMIN)
+        .await;
     assert_eq!(status, 200, "{report}");
     let total = &report["total"];
     assert_eq!(total["calls"], 3);
@@ -82,7 +73,9 @@ async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     assert!((cost - 0.075).abs() < 1e-9, "{cost}");
     assert_eq!(report["groups"][0]["key"], "webhook:main:u-7");
     assert_eq!(report["groups"][0]["calls"], 3);
-    let (_, by_kind) = admin_get(&service, "/v1/admin/usage?group_by=kind").await;
+    let (_, by_kind) = service
+        .get_json("/v1/admin/usage?group_by=kind", ADMIN)
+        .await;
     assert_eq!(by_kind["groups"][0]["key"], "user_turn");
 
     // `/usage` in the chat says the same (and is not itself a model call).
@@ -123,10 +116,14 @@ async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     assert!((spent - 0.075).abs() < 1e-9, "{spent}");
 
     // Bad queries name the field.
-    let (status, body) = admin_get(&service, "/v1/admin/usage?from=yesterday").await;
+    let (status, body) = service
+        .get_json("/v1/admin/usage?from=yesterday", ADMIN)
+        .await;
     assert_eq!(status, 400);
     assert!(body["error"].as_str().unwrap().contains("`from`"), "{body}");
-    let (status, body) = admin_get(&service, "/v1/admin/usage?group_by=planet").await;
+    let (status, body) = service
+        .get_json("/v1/admin/usage?group_by=planet", ADMIN)
+        .await;
     assert_eq!(status, 400);
     assert!(
         body["error"].as_str().unwrap().contains("`group_by`"),
@@ -387,7 +384,7 @@ async fn a_running_plan_keeps_the_cached_prefix() {
     let requests = llm.requests();
     assert!(requests.len() >= 31, "{}", requests.len());
     // Now: what the stand-in reported, as the admin API sums it.
-    let (_, report) = admin_get(&service, "/v1/admin/usage").await;
+    let (_, report) = service.get_json("/v1/admin/usage", ADMIN).await;
     let now = report["total"]["cache_hit_rate"].as_f64().unwrap();
     // Before: the same requests with the Active Plan joined to the system prompt.
     let before_texts: Vec<String> = requests

@@ -188,15 +188,7 @@ async fn a_team_works_a_board_with_a_dependency_and_an_inbox_and_the_board_survi
     let hook = Hook::new(&service, SECRET);
     let (_, body) = hook.send("c", None, "m4", "/team", "?wait=20").await;
     assert_eq!(board(body), before, "the board is stored");
-    let admin: Value = reqwest::Client::new()
-        .get(format!("{}/v1/admin/teams/docs/tasks", service.base))
-        .bearer_auth("adm")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, admin) = service.get_json("/v1/admin/teams/docs/tasks", "adm").await;
     let tasks = admin["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 2, "{admin}");
     assert_eq!(tasks[1]["blocked_by"], json!([1]));

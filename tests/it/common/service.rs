@@ -1,6 +1,7 @@
 //! Starts the real `ferroclaw` binary (`serve` on port 0, or `chat` with piped stdin) in a
 //! temporary folder with its own database, and captures its logs.
 
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -132,6 +133,18 @@ impl Service {
             base: format!("http://{addr}"),
             logs,
         }
+    }
+
+    /// GET `path` with a bearer `token`: the status and the JSON body (Null when none).
+    pub async fn get_json(&self, path: &str, token: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     /// `/readyz`: status and body.
