@@ -45,8 +45,9 @@ pub fn reason(
     if risk.always_asks {
         return Some(format!("`{tool}` runs on the host, which always asks"));
     }
-    let class = format!("class:{}", risk.class.as_str());
-    if let Some(listed) = policy.tools.iter().find(|t| **t == tool || **t == class) {
+    let class = risk.class.as_str();
+    let listed = |t: &&String| *t == tool || t.strip_prefix("class:") == Some(class);
+    if let Some(listed) = policy.tools.iter().find(listed) {
         return Some(format!("approvals.tools lists `{listed}`"));
     }
     let risky = matches!(
