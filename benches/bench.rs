@@ -37,6 +37,11 @@ async fn main() {
         local_model(&bin).await;
         return;
     }
+    // `--redact-only`: only the leak scan's cost per outbound message (section 0).
+    if flag("--redact-only") {
+        redact_cost();
+        return;
+    }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
     if let Some(n) = arg("--inflight-only") {
         in_flight(&bin, n, flag("--http2")).await;
@@ -680,6 +685,46 @@ async fn sandbox_first_output() {
         ms(warm[2])
     );
     sandbox.release_all().await;
+}
+
+/// The leak scan per outbound message: 12 secrets (each in its 11 forms), a short reply, a
+/// long one, and one holding a secret; and the stream's hold-back check per piece.
+fn redact_cost() {
+    use ferroclaw::redact::{Redactor, Sink};
+    let secrets: std::collections::BTreeMap<String, secrecy::SecretString> = (0..12)
+        .map(|i| {
+            (
+                format!("SECRET_{i}"),
+                format!("sk-bench-{i:02}-{}", "x7Kp3Tr9Lm2Nb5VQ".repeat(2)).into(),
+            )
+        })
+        .collect();
+    let redactor = Redactor::new(&secrets);
+    let short = "Sure — the deployment finished and the three checks passed. ".repeat(5);
+    let long = "A long answer with code, lists and links, nothing secret in it. ".repeat(64);
+    let leaking = format!("{short} sk-bench-03-{}", "x7Kp3Tr9Lm2Nb5VQ".repeat(2));
+    for (what, text) in [
+        ("300 B", &short),
+        ("4 KB", &long),
+        ("300 B, one secret", &leaking),
+    ] {
+        let rounds = 20_000;
+        let started = Instant::now();
+        let mut kept = 0;
+        for _ in 0..rounds {
+            kept += redactor.redact(std::hint::black_box(text), Sink::Log).len();
+        }
+        std::hint::black_box(kept);
+        let per = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
+        println!("leak scan, {what} message: {per:.2} µs");
+    }
+    let rounds = 200_000;
+    let started = Instant::now();
+    for i in 0..rounds {
+        std::hint::black_box(redactor.safe_end(std::hint::black_box(&short[..64 + i % 200])));
+    }
+    let per = started.elapsed().as_secs_f64() * 1e9 / rounds as f64;
+    println!("leak scan, stream hold-back check per piece: {per:.0} ns");
 }
 
 fn arg(name: &str) -> Option<usize> {

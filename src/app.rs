@@ -61,6 +61,7 @@ pub fn known_for_check() -> crate::config::Known {
             outbox: OutboxNotifier::new([]),
             approvals,
             egress: Arc::new(crate::egress::Guarded::new(false, "")),
+            redactor: Arc::new(crate::redact::Redactor::none()),
             sandbox: None,
             skills: Arc::new(crate::skills::SkillLibrary::default()),
             teams: Arc::new(crate::teams::Teams::from_config(&config)),
@@ -119,6 +120,8 @@ pub struct App {
     pub ingress: Arc<Ingress>,
     pub lanes: Lanes,
     pub channels: ChannelMap,
+    /// The leak scan every channel's sending passes (the message log's readers use it too).
+    pub redactor: Arc<crate::redact::Redactor>,
     pub outbox: OutboxNotifier,
     pub turns: TurnWatch,
     pub subagents: Arc<Registry>,
@@ -160,6 +163,12 @@ impl App {
         let config = Arc::new(loaded.config.clone());
         crate::metrics::install();
         let chain = Arc::new(build_chain(loaded)?);
+        // Everything a channel sends passes the leak scan (every `*_env` value).
+        let redactor = Arc::new(crate::redact::Redactor::new(&loaded.secrets.by_variable));
+        let channels: Vec<Arc<dyn Channel>> = channels
+            .into_iter()
+            .map(|c| crate::redact::Redacting::wrap(c, &redactor))
+            .collect();
         let channel_map: ChannelMap = channels
             .iter()
             .map(|c| (c.name().to_string(), c.clone()))
@@ -195,7 +204,10 @@ impl App {
             TurnWatch::default()
         };
         // One address policy (and one client) for every fetch a message can cause.
-        let egress = Arc::new(crate::egress::Guarded::from_config(&config.tools));
+        let egress = Arc::new(crate::egress::Guarded::from_config(
+            &config,
+            redactor.clone(),
+        ));
         // Connects on first use (or at start when enabled, see `prepare_sandbox`).
         let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
             crate::sandbox::docker::Settings::from_config(&config),
@@ -223,6 +235,7 @@ impl App {
             store: store.clone(),
             outbox: notifier.clone(),
             egress: egress.clone(),
+            redactor: redactor.clone(),
             sandbox: Some(sandbox.clone()),
             skills: skills.clone(),
             teams: teams.clone(),
@@ -401,6 +414,7 @@ impl App {
             ingress,
             lanes,
             channels: channel_map,
+            redactor,
             outbox: notifier,
             turns,
             subagents,

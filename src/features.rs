@@ -25,6 +25,8 @@ pub struct Services {
     pub outbox: OutboxNotifier,
     /// The one address policy every fetch a message can cause goes through.
     pub egress: Arc<crate::egress::Guarded>,
+    /// The leak scan (`send_file` refuses a file holding a secret).
+    pub redactor: Arc<crate::redact::Redactor>,
     pub sandbox: Option<Arc<dyn Sandbox>>,
     pub skills: Arc<SkillLibrary>,
     pub teams: Arc<Teams>,
@@ -84,7 +86,11 @@ pub fn build(services: &Services) -> Result<Features, String> {
         Arc::new(ListFiles),
         Arc::new(WebFetch::new(services.egress.clone())),
         Arc::new(MessageTool::new(store.clone(), services.outbox.clone())),
-        Arc::new(SendFile::new(store.clone(), services.outbox.clone())),
+        Arc::new(SendFile::new(
+            store.clone(),
+            services.outbox.clone(),
+            services.redactor.clone(),
+        )),
     ];
     for component in &components {
         tools.extend(component.tools());

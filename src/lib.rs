@@ -35,6 +35,7 @@ pub mod policy;
 pub mod previews;
 pub mod providers;
 pub mod recent_errors;
+pub mod redact;
 pub mod sandbox;
 pub mod schedules;
 pub mod serve;

@@ -85,7 +85,13 @@ fn main() -> ExitCode {
         Command::Model { command } => model(command),
         Command::Doctor(arg) => match load(&arg) {
             Ok(loaded) => {
-                let findings = ferroclaw::doctor::examine(&loaded);
+                let mut findings = ferroclaw::doctor::examine(&loaded);
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("tokio runtime");
+                findings.extend(runtime.block_on(ferroclaw::doctor::examine_live(&loaded)));
+                findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
                 for finding in &findings {
                     println!("{finding}");
                 }

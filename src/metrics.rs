@@ -59,6 +59,12 @@ pub fn inbound(channel: &str) {
     counter!("ferroclaw_inbound_messages_total", "channel" => channel.to_string()).increment(1);
 }
 
+/// A secret (named by its variable) redacted from what was leaving through `sink`.
+pub fn secret_redacted(variable: &str, sink: &'static str) {
+    counter!("ferroclaw_secret_redactions_total", "name" => variable.to_string(), "sink" => sink)
+        .increment(1);
+}
+
 /// A bot message delivered to its platform.
 pub fn outbound(channel: &str) {
     counter!("ferroclaw_outbound_messages_total", "channel" => channel.to_string()).increment(1);

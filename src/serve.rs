@@ -104,6 +104,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     )
     .merge(crate::admin::router(admin));
     let messages: Arc<dyn MessageLog> = Arc::new(OutboxLog {
+        redactor: app.redactor.clone(),
         store: app.store.clone(),
         outbox: app.outbox.clone(),
         turns: app.turns.clone(),
@@ -247,16 +248,31 @@ async fn shutdown_signal() {
     }
 }
 
-/// The webhook channel reads bot messages from the outbox and observes turns.
+/// The webhook channel reads bot messages from the outbox and observes turns. What it reads
+/// leaves the service: it passes the leak scan.
 struct OutboxLog {
+    redactor: Arc<crate::redact::Redactor>,
     store: Arc<dyn Store>,
     outbox: OutboxNotifier,
     turns: TurnWatch,
 }
 
-fn messages(rows: StoreResult<Vec<OutboxEntry>>) -> Result<Vec<OutboundMessage>, LogUnavailable> {
-    rows.map(|rows| rows.into_iter().map(|r| r.message).collect())
-        .map_err(|e| LogUnavailable(e.to_string()))
+impl OutboxLog {
+    fn messages(
+        &self,
+        rows: StoreResult<Vec<OutboxEntry>>,
+    ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
+        rows.map(|rows| rows.into_iter().map(|r| self.clean(r.message)).collect())
+            .map_err(|e| LogUnavailable(e.to_string()))
+    }
+
+    fn clean(&self, message: OutboundMessage) -> OutboundMessage {
+        use crate::redact::{Sink, redact_message};
+        match redact_message(&self.redactor, &message, Sink::Log) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(clean) => clean,
+        }
+    }
 }
 
 #[async_trait]
@@ -272,7 +288,7 @@ impl MessageLog for OutboxLog {
             .await
             .map_err(|e| LogUnavailable(e.to_string()))?;
         Ok(entry
-            .map(|e| e.message)
+            .map(|e| self.clean(e.message))
             .filter(|m| m.route.channel == channel))
     }
 
@@ -283,7 +299,7 @@ impl MessageLog for OutboxLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
-        messages(
+        self.messages(
             self.store
                 .outbox_conversation(channel, conversation_id, after, limit)
                 .await,
@@ -296,7 +312,7 @@ impl MessageLog for OutboxLog {
         after: i64,
         limit: i64,
     ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
-        messages(self.store.outbox_after(channel, after, limit).await)
+        self.messages(self.store.outbox_after(channel, after, limit).await)
     }
 
     async fn last_seq(&self, channel: &str) -> Result<i64, LogUnavailable> {
@@ -312,7 +328,7 @@ impl MessageLog for OutboxLog {
         conversation_id: &str,
         message_id: &str,
     ) -> Result<Vec<OutboundMessage>, LogUnavailable> {
-        messages(
+        self.messages(
             self.store
                 .outbox_replies(channel, conversation_id, message_id)
                 .await,

@@ -42,8 +42,8 @@ pub fn reason(
     risk: &ToolRisk,
     taint: Option<&str>,
 ) -> Option<String> {
-    if risk.always_asks {
-        return Some(format!("`{tool}` runs on the host, which always asks"));
+    if let Some(why) = &risk.asks {
+        return Some(why.clone());
     }
     let class = risk.class.as_str();
     let listed = |t: &&String| *t == tool || t.strip_prefix("class:") == Some(class);
@@ -96,7 +96,7 @@ mod tests {
             None
         );
         let host = ToolRisk {
-            always_asks: true,
+            asks: Some("`exec` runs on the host, which always asks".into()),
             ..risk(ToolClass::Exec)
         };
         assert!(

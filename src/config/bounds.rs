@@ -130,6 +130,9 @@ pub fn check(config: &Config) -> Vec<Found> {
     for (key, text) in config.approvals.problems("approvals") {
         problem(&key, text);
     }
+    for (key, text) in config.egress.problems() {
+        problem(&key, text);
+    }
     // An agent's own keys over the (valid) built-in defaults: each problem is reported once,
     // under the key that has it.
     for (id, agent) in &config.agents {

@@ -57,6 +57,9 @@ pub struct Secrets {
     pub transcription_key: Option<SecretString>,
     /// The OpenAI-compatible endpoint's bearer token (`api.token_env`); None: not served.
     pub api_token: Option<SecretString>,
+    /// Every value read, by the variable that held it (the leak scanner's list: a redaction
+    /// names the variable, never the value).
+    pub by_variable: BTreeMap<String, SecretString>,
 }
 
 impl Secrets {
@@ -232,7 +235,14 @@ fn validate(
             message,
         })
     };
-    let secret = |name: &str| env(name).filter(|v| !v.is_empty()).map(SecretString::from);
+    let read = std::cell::RefCell::new(BTreeMap::new());
+    let secret = |name: &str| {
+        let value = env(name).filter(|v| !v.is_empty()).map(SecretString::from);
+        if let Some(value) = &value {
+            read.borrow_mut().insert(name.to_string(), value.clone());
+        }
+        value
+    };
 
     if config
         .server
@@ -510,6 +520,7 @@ fn validate(
     if !config.transcription.api_key_env.is_empty() {
         secrets.transcription_key = secret(&config.transcription.api_key_env);
     }
+    secrets.by_variable = read.into_inner();
     secrets
 }
 

@@ -8,12 +8,14 @@
 mod approvals;
 mod bounds;
 mod cost;
+mod egress;
 mod load;
 mod render;
 mod schema;
 
 pub use approvals::{ApprovalsConfig, ApprovalsOverride};
 pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
+pub use egress::{EgressConfig, EgressMode, host_pattern};
 pub use load::{ConfigError, Known, LoadedConfig, Problem, check_agent_tools, load};
 pub use render::render_redacted;
 pub use schema::*;

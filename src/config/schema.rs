@@ -46,6 +46,7 @@ pub struct Config {
     pub budgets: super::cost::BudgetsConfig,
     pub limits: super::cost::LimitsConfig,
     pub approvals: super::approvals::ApprovalsConfig,
+    pub egress: super::egress::EgressConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -269,6 +270,7 @@ impl Default for Config {
             budgets: Default::default(),
             limits: Default::default(),
             approvals: Default::default(),
+            egress: Default::default(),
         }
     }
 }

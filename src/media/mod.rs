@@ -121,7 +121,9 @@ pub async fn fetch_url(
     url: &str,
     max: u64,
 ) -> Result<Vec<u8>, FetchError> {
-    let (client, url) = guarded.check(url).map_err(FetchError::Failed)?;
+    let (client, url) = guarded
+        .check(url, crate::egress::Caller::Attachment)
+        .map_err(FetchError::Failed)?;
     let response = client
         .get(url)
         .timeout(std::time::Duration::from_secs(60))

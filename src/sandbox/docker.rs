@@ -102,6 +102,33 @@ fn container_lost(e: &bollard::errors::Error) -> bool {
     )
 }
 
+/// A client of the Docker engine at `host` (empty: the local default) that has answered.
+async fn engine(host: &str) -> Result<Docker, String> {
+    let docker = match host {
+        "" => Docker::connect_with_local_defaults(),
+        h if h.starts_with("unix://") => {
+            Docker::connect_with_socket(h, 120, bollard::API_DEFAULT_VERSION)
+        }
+        h => Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION),
+    }
+    .map_err(|e| format!("no Docker engine ({e})"))?;
+    let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
+        .await
+        .map_err(|_| "no Docker engine (no answer within 3 s)".to_string())?
+        .map_err(|e| format!("no Docker engine ({e})"))?;
+    tokio::time::timeout(CONNECT_TIMEOUT, docker.ping())
+        .await
+        .map_err(|_| "no Docker engine (no answer within 3 s)".to_string())?
+        .map_err(|e| format!("no Docker engine ({e})"))?;
+    Ok(docker)
+}
+
+/// Whether the engine at `host` holds `image` (`doctor`); Err: no engine answers.
+pub async fn image_present(host: &str, image: &str) -> Result<bool, String> {
+    let docker = engine(host).await?;
+    Ok(docker.inspect_image(image).await.is_ok())
+}
+
 impl DockerSandbox {
     pub fn new(settings: Settings) -> Self {
         DockerSandbox {
@@ -113,23 +140,7 @@ impl DockerSandbox {
     }
 
     async fn connect(&self) -> Result<Docker, String> {
-        let host = self.settings.docker_host.as_str();
-        let docker = match host {
-            "" => Docker::connect_with_local_defaults(),
-            h if h.starts_with("unix://") => {
-                Docker::connect_with_socket(h, 120, bollard::API_DEFAULT_VERSION)
-            }
-            h => Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION),
-        }
-        .map_err(|e| format!("no Docker engine ({e})"))?;
-        let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
-            .await
-            .map_err(|_| "no Docker engine (no answer within 3 s)".to_string())?
-            .map_err(|e| format!("no Docker engine ({e})"))?;
-        tokio::time::timeout(CONNECT_TIMEOUT, docker.ping())
-            .await
-            .map_err(|_| "no Docker engine (no answer within 3 s)".to_string())?
-            .map_err(|e| format!("no Docker engine ({e})"))?;
+        let docker = engine(&self.settings.docker_host).await?;
         let removed = self.remove_leftovers(&docker).await;
         if removed > 0 {
             tracing::info!(removed, "removed sandbox containers left by an earlier run");

@@ -85,7 +85,8 @@ impl Tool for ExecTool {
     /// A command runs; on the host it always asks.
     fn risk(&self, _args: &Value, cx: &ToolContext) -> ToolRisk {
         ToolRisk {
-            always_asks: matches!(cx.handles.get::<ExecPlace>(), Some(ExecPlace::Host)),
+            asks: matches!(cx.handles.get::<ExecPlace>(), Some(ExecPlace::Host))
+                .then(|| "`exec` runs on the host, which always asks".to_string()),
             ..ToolRisk::of(ToolClass::Exec)
         }
     }

@@ -33,7 +33,7 @@ pub use approvals::{
     ApprovalDecision, ApprovalRow, ApprovalRule, ApprovalRuleStore, ApprovalState, ApprovalStore,
     NewApproval, TaintStore,
 };
-pub use connect::connect;
+pub use connect::{SchemaState, connect, schema_state};
 pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::JournalStore;

@@ -26,14 +26,15 @@ impl PostgresStore {
     }
 }
 
+/// The PostgreSQL schema's migrations, built into the binary.
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
 impl PostgresStore {
     /// The migrator's own path: its advisory lock keeps two processes starting at the same
     /// time from applying a migration twice. (Not in one transaction: the lock is released
     /// before the commit, so a second process would apply them again.)
     pub(super) async fn migrate_schema(&self) -> StoreResult<()> {
-        sqlx::migrate!("./migrations/postgres")
-            .run(&self.write)
-            .await?;
+        MIGRATOR.run(&self.write).await?;
         Ok(())
     }
 }

@@ -20,6 +20,17 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(false)
             .log_statements(log::LevelFilter::Off);
+        // A new database (conversations, usage) is its owner's alone; SQLite gives the -wal
+        // and -shm files the database file's mode.
+        let file = options.get_filename();
+        if file != std::path::Path::new(":memory:") && !file.exists() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(file);
+        }
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)

@@ -19,7 +19,7 @@ use sqlx::{Connection, Executor, SqliteConnection};
 const FRESH_SCHEMA: &str = include_str!("../../migrations/sqlite_schema.sql");
 
 /// The migrations of `migrations/sqlite`.
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// The last migration [`FRESH_SCHEMA`] includes.
 fn fresh_schema_through() -> i64 {

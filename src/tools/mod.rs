@@ -116,8 +116,9 @@ pub struct ToolRisk {
     pub class: ToolClass,
     /// The host an egress call reaches ("always" choices are per host).
     pub target: Option<String>,
-    /// Asks whatever the policy says (`exec` on the host).
-    pub always_asks: bool,
+    /// Asks whatever the policy says, for this reason (`exec` on the host; a host the
+    /// egress allowlist does not list).
+    pub asks: Option<String>,
     /// Its result is untrusted content (a fetched page): reading it taints the turn.
     pub untrusted_result: bool,
 }
@@ -127,7 +128,7 @@ impl ToolRisk {
         ToolRisk {
             class,
             target: None,
-            always_asks: false,
+            asks: None,
             untrusted_result: false,
         }
     }

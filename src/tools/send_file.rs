@@ -16,14 +16,21 @@ use serde_json::{Value, json};
 pub struct SendFile {
     store: std::sync::Arc<dyn crate::storage::Store>,
     outbox: crate::outbox::OutboxNotifier,
+    /// A file holding a configured secret (in any form it scans for) is not sent.
+    redactor: std::sync::Arc<crate::redact::Redactor>,
 }
 
 impl SendFile {
     pub fn new(
         store: std::sync::Arc<dyn crate::storage::Store>,
         outbox: crate::outbox::OutboxNotifier,
+        redactor: std::sync::Arc<crate::redact::Redactor>,
     ) -> Self {
-        SendFile { store, outbox }
+        SendFile {
+            store,
+            outbox,
+            redactor,
+        }
     }
 }
 
@@ -36,11 +43,14 @@ fn spool_dir(workspace: &std::path::Path) -> std::path::PathBuf {
     workspace.parent().unwrap_or(workspace).join(".sent")
 }
 
-/// Copies the workspace file `relative` into the spool; returns the copy's path and size.
+/// Copies the workspace file `relative` into the spool; returns the copy's path and size. A
+/// copy holding a secret is removed and refused (the copy is what would be sent, so what is
+/// scanned is what leaves, whatever happens to the workspace file meanwhile).
 fn spool(
     workspace: &std::path::Path,
     relative: &str,
     name: &str,
+    redactor: &crate::redact::Redactor,
 ) -> Result<(std::path::PathBuf, u64), ToolError> {
     use std::io::Read;
     let (file, size) = crate::workspace_fs::open_read(workspace, std::path::Path::new(relative))
@@ -69,10 +79,28 @@ fn spool(
     let copied = std::io::copy(&mut file.take(MAX_SEND_BYTES + 1), &mut out)
         .map_err(|e| ToolError(format!("cannot queue the file: {e}")))?;
     if copied > MAX_SEND_BYTES {
-        let _ = std::fs::remove_file(&copy);
+        let _ = std::fs::remove_dir_all(&dir);
         return Err(too_large());
     }
-    Ok((copy, copied))
+    drop(out);
+    let held = std::fs::File::open(&copy).and_then(|f| {
+        redactor
+            .find_in(std::io::BufReader::new(f))
+            .map(|n| n.map(str::to_string))
+    });
+    match held {
+        Ok(None) => Ok((copy, copied)),
+        Ok(Some(variable)) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(ToolError(format!(
+                "`{relative}` was not sent: it contains the secret of {variable}, which never leaves the service"
+            )))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(ToolError(format!("cannot queue the file: {e}")))
+        }
+    }
 }
 
 #[async_trait]
@@ -102,12 +130,17 @@ impl Tool for SendFile {
             .and_then(|n| n.to_str())
             .unwrap_or("file")
             .to_string();
-        let (workspace, relative, file_name) =
-            (cx.workspace.clone(), path.to_string(), name.clone());
-        let (copy, size) =
-            tokio::task::spawn_blocking(move || spool(&workspace, &relative, &file_name))
-                .await
-                .map_err(|e| ToolError(format!("cannot queue the file: {e}")))??;
+        let (workspace, relative, file_name, redactor) = (
+            cx.workspace.clone(),
+            path.to_string(),
+            name.clone(),
+            self.redactor.clone(),
+        );
+        let (copy, size) = tokio::task::spawn_blocking(move || {
+            spool(&workspace, &relative, &file_name, &redactor)
+        })
+        .await
+        .map_err(|e| ToolError(format!("cannot queue the file: {e}")))??;
         let mime = crate::media::mime_from_name(&name)
             .unwrap_or("application/octet-stream")
             .to_string();

@@ -1,6 +1,7 @@
-//! `web_fetch`: HTTP(S) GET with size and time limits, under the address policy of
+//! `web_fetch`: HTTP(S) GET with size and time limits, under the policy of
 //! [`crate::egress`] (loopback, private, metadata and the host's own addresses refused unless
-//! `tools.web_fetch_allow_private`; no system proxy).
+//! `tools.web_fetch_allow_private`; `[egress]` hosts: denied ones refused, unlisted ones in
+//! allowlist mode asked about first; secrets redacted from the URL; no system proxy).
 
 use super::{Tool, ToolClass, ToolContext, ToolError, ToolRisk};
 use async_trait::async_trait;
@@ -37,17 +38,19 @@ impl Tool for WebFetch {
     fn read_only(&self) -> bool {
         true
     }
-    /// Egress to the URL's host; what comes back is untrusted.
+    /// Egress to the URL's host (asking first when the egress allowlist does not list it);
+    /// what comes back is untrusted.
     fn risk(&self, args: &Value, _cx: &ToolContext) -> ToolRisk {
         let host = args
             .get("url")
             .and_then(Value::as_str)
             .and_then(|u| reqwest::Url::parse(u).ok())
-            .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+            .unwrap_or_default();
         ToolRisk {
             class: ToolClass::Egress,
-            target: Some(host.unwrap_or_default()),
-            always_asks: false,
+            asks: self.guarded.unlisted_reason(&host),
+            target: Some(host),
             untrusted_result: true,
         }
     }
@@ -57,13 +60,16 @@ impl Tool for WebFetch {
             url: String,
         }
         let Args { url: raw } = super::typed(args)?;
-        let (client, url) = self.guarded.check(&raw).map_err(|e| {
-            ToolError(if e.starts_with("refused") {
-                e
-            } else {
-                format!("field `url`: {e}")
-            })
-        })?;
+        let (client, url) = self
+            .guarded
+            .check(&raw, crate::egress::Caller::Tool)
+            .map_err(|e| {
+                ToolError(if e.starts_with("refused") {
+                    e
+                } else {
+                    format!("field `url`: {e}")
+                })
+            })?;
         let response = client.get(url).timeout(TIMEOUT).send().await.map_err(|e| {
             let mut text = e.to_string();
             let mut source = std::error::Error::source(&e);

@@ -286,6 +286,13 @@ fn values_serve_would_refuse_or_panic_on_are_refused_naming_the_key() {
             &[],
         ),
         ("[sandbox]\ncpus = nan\n", "sandbox.cpus", &[]),
+        (
+            "[egress]\nmode = \"allowlist\"\nallow = [\"ok.org\", \"https://x.org/\"]\n",
+            "egress.allow[1]",
+            &[],
+        ),
+        ("[egress]\ndeny = [\"x.org:443\"]\n", "egress.deny[0]", &[]),
+        ("[egress]\nmode = \"closed\"\n", "egress.mode", &[]),
         ("[sandbox]\npids_limit = 0\n", "sandbox.pids_limit", &[]),
         ("[sandbox]\npids_limit = -1\n", "sandbox.pids_limit", &[]),
         ("[sandbox]\nmemory_mb = 0\n", "sandbox.memory_mb", &[]),

@@ -4,6 +4,9 @@
 use crate::common::service::{config_with_llm, run};
 use std::os::unix::fs::PermissionsExt;
 
+/// The sandbox image CI builds (scripts/sandbox-image.sh).
+const IMAGE: &str = "ferroclaw-sandbox:busybox";
+
 /// Run `doctor` on `config` (written with `mode`) and return its exit code and output.
 fn doctor(config: &str, mode: u32, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -100,6 +103,40 @@ fn each_seeded_misconfiguration_is_found_and_a_clean_deployment_passes() {
             "MEDIUM providers.local:",
             0,
         ),
+        case(
+            format!("{base}\n[sandbox]\nenabled = true\nnetwork = \"host\"\nimage = \"{IMAGE}\"\n"),
+            "HIGH sandbox.network:",
+            1,
+        ),
+        case(
+            format!(
+                "{base}\n[sandbox]\nenabled = true\nnetwork = \"bridge\"\ndocker_host = \"tcp://127.0.0.1:9\"\n"
+            ),
+            "HIGH sandbox.docker_host:",
+            1,
+        ),
+        // Asks the Docker engine (CI starts one): the image is not there.
+        case(
+            format!("{base}\n[sandbox]\nenabled = true\nimage = \"ferroclaw-no-such-image:0\"\n"),
+            "MEDIUM sandbox.image:",
+            0,
+        ),
+        Case {
+            env: vec![("FC_HOOK", "short7x")],
+            ..case(
+                format!("{base}\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n"),
+                "MEDIUM FC_HOOK:",
+                0,
+            )
+        },
+        Case {
+            env: vec![("FC_HOOK", "ten-chars!")],
+            ..case(
+                format!("{base}\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n"),
+                "MEDIUM channels.webhook.main.secret_env:",
+                0,
+            )
+        },
     ];
     for Case {
         config,
@@ -121,4 +158,81 @@ fn each_seeded_misconfiguration_is_found_and_a_clean_deployment_passes() {
             "no secret in the output: {out}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_schema_behind_or_ahead_of_the_binary_is_reported_and_nothing_is_migrated() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_llm(
+        "http://127.0.0.1:9/v1",
+        "[storage]\nurl = \"sqlite://ferro.db\"\n",
+    )
+    .replacen(
+        "model = \"standin/test-model\"",
+        "model = \"standin/test-model\"\nfallbacks = []",
+        1,
+    );
+    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("config.toml"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let doctor = || {
+        let out = run(dir.path(), &["doctor", "-c", "config.toml"], "", &[]);
+        (out.code, format!("{}{}", out.stdout, out.stderr))
+    };
+    // No database yet: nothing to say, and none is created.
+    assert_eq!(doctor(), (Some(0), "no findings\n".to_string()));
+    assert!(!dir.path().join("ferro.db").exists());
+    let migrated = run(dir.path(), &["migrate", "-c", "config.toml"], "", &[]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    assert_eq!(doctor(), (Some(0), "no findings\n".to_string()));
+    for file in ["ferro.db", "ferro.db-wal"] {
+        let mode = std::fs::metadata(dir.path().join(file))
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0o600);
+        assert_eq!(mode, 0o600, "{file} is the owner's alone");
+    }
+
+    let url = format!("sqlite://{}", dir.path().join("ferro.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let newest: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = ?")
+        .bind(newest)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let (code, out) = doctor();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.starts_with(&format!(
+            "MEDIUM storage.url: the database's schema is at migration {}",
+            newest - 1
+        )),
+        "{out}"
+    );
+    let still: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(still, newest - 1, "doctor migrated nothing");
+
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let (code, out) = doctor();
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("HIGH storage.url:") && out.contains("99999"),
+        "{out}"
+    );
 }

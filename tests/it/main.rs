@@ -18,6 +18,7 @@ mod doctor;
 mod engine_loop;
 mod exposure;
 mod hardening;
+mod leaks;
 mod local_model;
 mod media;
 mod message_path;

@@ -127,6 +127,12 @@ impl TelegramStandIn {
             .collect()
     }
 
+    /// Every call's raw request body, in order (what the bot sent to the platform).
+    pub fn all_raw(&self) -> Vec<String> {
+        let calls = self.inner.calls.lock().unwrap();
+        calls.iter().map(|c| c.raw.clone()).collect()
+    }
+
     /// Current texts of the bot's messages in `chat`, oldest first.
     pub fn texts(&self, chat: i64) -> Vec<String> {
         let texts = self.inner.texts.lock().unwrap();

@@ -1,92 +1,9 @@
-//! Every fetch a message or the model can cause — `web_fetch`, a webhook attachment's `url`
-//! — goes through one address policy: loopback, private, link-local, metadata, the host's
-//! own and every other special-use address are refused unless `tools.web_fetch_allow_private`.
-//! Literal addresses are checked up front and host names through a resolver that drops such
-//! addresses (so a name cannot rebind to one between check and connect), on every
-//! redirect. The system proxy variables are never used (a proxy would resolve and connect
-//! for us, past the filter); `tools.web_fetch_proxy` names one explicitly.
-//!
-//! Owns the policy and the client built with it; knows nothing of tools or media.
+//! Which addresses a fetch must not reach by default: every special-use range (IANA's
+//! registries) and the host's own addresses; and the resolver that drops them, so a name
+//! cannot rebind to one between check and connect.
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
-const MAX_REDIRECTS: usize = 5;
-
-/// The policy and its client, built on first use (idle services never pay for it). One per
-/// service, shared by every fetch it governs; each request sets its own time limit.
-pub struct Guarded {
-    client: OnceLock<Result<reqwest::Client, String>>,
-    allow_private: bool,
-    /// `tools.web_fetch_proxy` (empty: no proxy, whatever the environment says).
-    proxy: String,
-}
-
-impl Guarded {
-    pub fn new(allow_private: bool, proxy: &str) -> Self {
-        Guarded {
-            client: OnceLock::new(),
-            allow_private,
-            proxy: proxy.trim().to_string(),
-        }
-    }
-
-    /// The policy `[tools]` sets.
-    pub fn from_config(tools: &crate::config::ToolsConfig) -> Self {
-        Self::new(tools.web_fetch_allow_private, &tools.web_fetch_proxy)
-    }
-
-    /// Checks `raw` (http or https, not naming a refused address) and returns the client
-    /// that will fetch it under the policy.
-    pub fn check(&self, raw: &str) -> Result<(&reqwest::Client, reqwest::Url), String> {
-        let url = reqwest::Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err("only http and https are allowed".into());
-        }
-        if !self.allow_private && url_names_private_ip(&url) {
-            return Err(
-                "refused: the address is loopback or private (set tools.web_fetch_allow_private to allow)"
-                    .into(),
-            );
-        }
-        let client = self
-            .client
-            .get_or_init(|| build_client(self.allow_private, &self.proxy))
-            .as_ref()
-            .map_err(Clone::clone)?;
-        Ok((client, url))
-    }
-}
-
-fn build_client(allow_private: bool, proxy: &str) -> Result<reqwest::Client, String> {
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .user_agent("ferroclaw-fetch")
-        .tls_built_in_native_certs(false)
-        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= MAX_REDIRECTS {
-                attempt.error("too many redirects")
-            } else if !allow_private && url_names_private_ip(attempt.url()) {
-                attempt.error("redirect to a private or loopback address refused")
-            } else {
-                attempt.follow()
-            }
-        }));
-    if !allow_private {
-        builder = builder.dns_resolver(Arc::new(PublicOnly));
-    }
-    builder = if proxy.is_empty() {
-        builder.no_proxy()
-    } else {
-        builder.proxy(
-            reqwest::Proxy::all(proxy)
-                .map_err(|_| "tools.web_fetch_proxy is not a proxy URL".to_string())?,
-        )
-    };
-    builder.build().map_err(|e| format!("fetch client: {e}"))
-}
 
 /// True for addresses a fetch must not reach by default: every special-use range (IANA's
 /// registries) and the host's own addresses.
@@ -159,7 +76,7 @@ pub fn url_names_private_ip(url: &reqwest::Url) -> bool {
 }
 
 /// A resolver that returns only public addresses.
-struct PublicOnly;
+pub(super) struct PublicOnly;
 
 impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {

@@ -3,7 +3,13 @@
 //! one line per finding — `HIGH|MEDIUM|LOW <key or area>: <what> — <fix>` — and the caller
 //! exits 1 when any is HIGH. `config check` stays the syntax check; this is the judgement.
 //!
-//! Knows the config and the files it names; starts nothing, contacts nothing.
+//! `examine` knows the config, the environment and the files it names; `live.rs` then asks
+//! the database (read only: its schema version) and, when the sandbox is on, the Docker
+//! engine (is the image there). Starts nothing, writes nothing.
+
+mod live;
+
+pub use live::examine_live;
 
 use crate::config::{AccessMode, LoadedConfig, ProviderKind};
 use std::fmt;
@@ -50,15 +56,9 @@ impl fmt::Display for Finding {
 
 /// Every finding for `loaded`, most severe first.
 pub fn examine(loaded: &LoadedConfig) -> Vec<Finding> {
-    let mut found = Vec::new();
-    let mut add = |severity, key: &str, what: String, fix: &str| {
-        found.push(Finding {
-            severity,
-            key: key.to_string(),
-            what,
-            fix: fix.to_string(),
-        })
-    };
+    let mut found = Findings::default();
+    let mut add =
+        |severity, key: &str, what: String, fix: &str| found.add(severity, key, what, fix);
     let config = &loaded.config;
     let server = &config.server;
 
@@ -193,6 +193,68 @@ pub fn examine(loaded: &LoadedConfig) -> Vec<Finding> {
         }
     }
 
+    // What a sandboxed command can reach.
+    let sandbox = &config.sandbox;
+    if sandbox.enabled && sandbox.network == "host" {
+        add(
+            Severity::High,
+            "sandbox.network",
+            "\"host\" gives sandboxed commands this machine's network: every local service, \
+             the admin API, a Docker API listening on TCP"
+                .into(),
+            "use \"none\" (or \"bridge\" when commands need the internet)",
+        );
+    } else if sandbox.enabled
+        && sandbox.network != "none"
+        && sandbox.docker_host.starts_with("tcp://")
+    {
+        add(
+            Severity::High,
+            "sandbox.docker_host",
+            format!(
+                "the Docker API at {} is on the network sandboxed commands can reach: \
+                 one request from a container starts a privileged one",
+                sandbox.docker_host
+            ),
+            "use the unix socket, or sandbox.network = \"none\"",
+        );
+    }
+
+    // Secrets too short to be safe, or to be found by the leak scan.
+    for (variable, value) in &loaded.secrets.by_variable {
+        let length = secrecy::ExposeSecret::expose_secret(value).chars().count();
+        if length < crate::redact::MIN_SECRET_LEN {
+            add(
+                Severity::Medium,
+                variable,
+                format!(
+                    "its value is {length} characters: guessable, and too short for the leak scan to look for"
+                ),
+                "use a long random value (e.g. `openssl rand -hex 32`)",
+            );
+        }
+    }
+    for (name, hook) in &config.channels.webhook {
+        let short = loaded
+            .secrets
+            .channel(&format!("channels.webhook.{name}.secret_env"))
+            .is_some_and(|s| {
+                let length = secrecy::ExposeSecret::expose_secret(&s).chars().count();
+                (crate::redact::MIN_SECRET_LEN..16).contains(&length)
+            });
+        if short {
+            add(
+                Severity::Medium,
+                &format!("channels.webhook.{name}.secret_env"),
+                format!(
+                    "the signing secret in {} is shorter than 16 characters: signatures can be forged by guessing it",
+                    hook.secret_env
+                ),
+                "use 32 random bytes (e.g. `openssl rand -hex 32`)",
+            );
+        }
+    }
+
     // A local model that cannot be fetched.
     if crate::models::offline() {
         for (name, provider) in &config.providers {
@@ -215,8 +277,27 @@ pub fn examine(loaded: &LoadedConfig) -> Vec<Finding> {
             }
         }
     }
-    found.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    found
+    found.sorted()
+}
+
+/// Findings as they are made, then most severe first.
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, severity: Severity, key: &str, what: String, fix: &str) {
+        self.0.push(Finding {
+            severity,
+            key: key.to_string(),
+            what,
+            fix: fix.to_string(),
+        });
+    }
+
+    fn sorted(mut self) -> Vec<Finding> {
+        self.0.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        self.0
+    }
 }
 
 /// Keys ending in `_env` whose value cannot be a variable name (`sk-…`, a token pasted in).
