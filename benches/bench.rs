@@ -700,7 +700,7 @@ fn redact_cost() {
         })
         .collect();
     let redactor = Redactor::new(&secrets);
-    let short = "Sure — the deployment finished and the three checks passed. ".repeat(5);
+    let short = "Sure - the deployment finished and the three checks passed. ".repeat(5);
     let long = "A long answer with code, lists and links, nothing secret in it. ".repeat(64);
     let leaking = format!("{short} sk-bench-03-{}", "x7Kp3Tr9Lm2Nb5VQ".repeat(2));
     for (what, text) in [

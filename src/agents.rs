@@ -31,6 +31,8 @@ pub struct AgentProfile {
     pub skills: Option<Vec<String>>,
     /// Agents it may spawn or delegate to (never itself: that is always allowed).
     pub may_delegate: Vec<String>,
+    /// MCP servers whose tools it is offered (None: every server).
+    pub mcp: Option<Vec<String>>,
 }
 
 impl AgentProfile {
@@ -39,6 +41,13 @@ impl AgentProfile {
         self.tools
             .as_ref()
             .is_none_or(|list| list.iter().any(|t| t == name))
+    }
+
+    /// Whether it is offered the tools of MCP server `server`.
+    pub fn uses_mcp(&self, server: &str) -> bool {
+        self.mcp
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|s| s == server))
     }
 
     /// Whether it may run `target` as a child (itself, or along a `may_delegate` link).
@@ -85,6 +94,7 @@ impl Agents {
                 workspace: def.workspace.unwrap_or_else(|| base.workspace.clone()),
                 tools: def.tools,
                 skills: def.skills,
+                mcp: def.mcp.or_else(|| base.mcp.clone()),
                 may_delegate: def.may_delegate.into_iter().filter(|a| *a != id).collect(),
                 id: id.clone(),
             };

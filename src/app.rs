@@ -62,6 +62,11 @@ pub fn known_for_check() -> crate::config::Known {
             approvals,
             egress: Arc::new(crate::egress::Guarded::new(false, "")),
             redactor: Arc::new(crate::redact::Redactor::none()),
+            mcp: Arc::new(crate::mcp::McpServers::from_config(
+                &config,
+                &Default::default(),
+                Arc::new(crate::redact::Redactor::none()),
+            )),
             sandbox: None,
             skills: Arc::new(crate::skills::SkillLibrary::default()),
             teams: Arc::new(crate::teams::Teams::from_config(&config)),
@@ -122,6 +127,8 @@ pub struct App {
     pub channels: ChannelMap,
     /// The leak scan every channel's sending passes (the message log's readers use it too).
     pub redactor: Arc<crate::redact::Redactor>,
+    /// The MCP servers (their states for the admin API).
+    pub mcp: Arc<crate::mcp::McpServers>,
     pub outbox: OutboxNotifier,
     pub turns: TurnWatch,
     pub subagents: Arc<Registry>,
@@ -229,6 +236,12 @@ impl App {
             loaded.secrets.all(),
             signals.clone(),
         ));
+        // MCP servers: their supervisors start below (start-up never waits for them).
+        let mcp = Arc::new(crate::mcp::McpServers::from_config(
+            &config,
+            &loaded.secrets,
+            redactor.clone(),
+        ));
         let features = crate::features::build(&crate::features::Services {
             approvals: approvals.clone(),
             config: config.clone(),
@@ -236,6 +249,7 @@ impl App {
             outbox: notifier.clone(),
             egress: egress.clone(),
             redactor: redactor.clone(),
+            mcp: mcp.clone(),
             sandbox: Some(sandbox.clone()),
             skills: skills.clone(),
             teams: teams.clone(),
@@ -386,6 +400,7 @@ impl App {
             crate::schedules::Scheduler::new(store.clone(), schedules, job_turns)
                 .run(workers_cancel.child_token()),
         );
+        mcp.start(&worker_tracker, workers_cancel.child_token());
         let mut workers = Vec::new();
         // Every process delivers; on PostgreSQL each conversation under a delivery lease
         // (see `outbox::delivery`). Other processes add messages there without always waking
@@ -415,6 +430,7 @@ impl App {
             lanes,
             channels: channel_map,
             redactor,
+            mcp,
             outbox: notifier,
             turns,
             subagents,

@@ -75,6 +75,11 @@ pub enum Command {
         #[command(subcommand)]
         command: PairingCommand,
     },
+    /// MCP servers: their states and tools, and a quick call
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Local model files (the cache in $FERROCLAW_HOME/models)
     Model {
         #[command(subcommand)]
@@ -89,6 +94,24 @@ pub enum Command {
         cpu_secs: u64,
         #[arg(long)]
         max_text_bytes: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start every configured server, then print its state and tools
+    List(ConfigArg),
+    /// Call one tool of one server with JSON arguments and print the result
+    Call {
+        /// The server's id (`[mcp.servers.ID]`)
+        id: String,
+        /// The tool's name as the server lists it
+        tool: String,
+        /// The arguments, a JSON object
+        #[arg(default_value = "{}")]
+        arguments: String,
+        #[command(flatten)]
+        config: ConfigArg,
     },
 }
 

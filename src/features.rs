@@ -27,6 +27,8 @@ pub struct Services {
     pub egress: Arc<crate::egress::Guarded>,
     /// The leak scan (`send_file` refuses a file holding a secret).
     pub redactor: Arc<crate::redact::Redactor>,
+    /// The MCP servers (their tools join the registry as they are found).
+    pub mcp: Arc<crate::mcp::McpServers>,
     pub sandbox: Option<Arc<dyn Sandbox>>,
     pub skills: Arc<SkillLibrary>,
     pub teams: Arc<Teams>,
@@ -66,6 +68,7 @@ pub fn build(services: &Services) -> Result<Features, String> {
         Arc::new(crate::approvals::ApprovalsComponent::new(
             services.approvals.clone(),
         )),
+        Arc::new(crate::mcp::McpComponent::new(services.mcp.clone())),
     ];
     // The rules around every call, in order: the first refusal wins.
     let prices = Arc::new(crate::usage::Prices::new(services.config.prices.clone()));
@@ -97,6 +100,11 @@ pub fn build(services: &Services) -> Result<Features, String> {
     }
     let tools = ToolRegistry::new(tools);
     tools.check_unique()?;
+    let tools = if services.mcp.is_empty() {
+        tools
+    } else {
+        tools.with_source(services.mcp.clone())
+    };
     Ok(Features {
         components,
         tools: Arc::new(tools),

@@ -26,6 +26,7 @@ pub mod features;
 pub mod http;
 pub mod ingress;
 pub mod lanes;
+pub mod mcp;
 pub mod media;
 pub mod metrics;
 pub mod models;

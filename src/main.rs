@@ -83,6 +83,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Model { command } => model(command),
+        Command::Mcp { command } => mcp(command),
         Command::Doctor(arg) => match load(&arg) {
             Ok(loaded) => {
                 let mut findings = ferroclaw::doctor::examine(&loaded);
@@ -111,6 +112,78 @@ fn main() -> ExitCode {
         },
         Command::PdfText { .. } => unreachable!("handled before logging starts"),
     }
+}
+
+/// `ferroclaw mcp list|call`: the configured servers started here, for a look or one call.
+fn mcp(command: ferroclaw::cli::McpCommand) -> ExitCode {
+    use ferroclaw::cli::McpCommand;
+    let arg = match &command {
+        McpCommand::List(config) | McpCommand::Call { config, .. } => config.clone(),
+    };
+    with_config(&arg, |loaded| async move {
+        let redactor = std::sync::Arc::new(ferroclaw::redact::Redactor::new(
+            &loaded.secrets.by_variable,
+        ));
+        let servers = std::sync::Arc::new(ferroclaw::mcp::McpServers::from_config(
+            &loaded.config,
+            &loaded.secrets,
+            redactor,
+        ));
+        let tracker = tokio_util::task::TaskTracker::new();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        servers.start(&tracker, cancel.clone());
+        let outcome = match command {
+            McpCommand::List(_) => {
+                servers.wake(|_| true);
+                let longest = loaded
+                    .config
+                    .mcp
+                    .servers
+                    .values()
+                    .map(|s| s.timeout_secs)
+                    .max()
+                    .unwrap_or(0);
+                servers
+                    .settled(std::time::Duration::from_secs(longest + 1))
+                    .await;
+                if servers.is_empty() {
+                    println!("no MCP servers are configured ([mcp.servers.ID])");
+                }
+                for status in servers.statuses() {
+                    let state = format!("{:?}", status.state).to_lowercase();
+                    println!("{} ({}): {state}", status.id, status.transport);
+                    if let Some(error) = &status.last_error {
+                        println!("  last error: {error}");
+                    }
+                    for tool in &status.tools {
+                        println!("  {}", ferroclaw::mcp::offered_name(&status.id, tool));
+                    }
+                }
+                Ok(())
+            }
+            McpCommand::Call {
+                id,
+                tool,
+                arguments,
+                ..
+            } => match serde_json::from_str::<serde_json::Value>(&arguments) {
+                Ok(arguments @ serde_json::Value::Object(_)) => {
+                    match servers.call(&id, &tool, arguments).await {
+                        Ok(text) => {
+                            println!("{text}");
+                            Ok(())
+                        }
+                        Err(e) => Err(anyhow::anyhow!(e)),
+                    }
+                }
+                _ => Err(anyhow::anyhow!("the arguments must be a JSON object")),
+            },
+        };
+        cancel.cancel();
+        tracker.close();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tracker.wait()).await;
+        outcome
+    })
 }
 
 /// `ferroclaw model fetch|list` (no configuration needed).
@@ -211,7 +284,11 @@ where
 fn init_tracing(format: LogFormat, quiet: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let default = if quiet { "warn" } else { "info,sqlx=warn" };
+    let default = if quiet {
+        "warn"
+    } else {
+        "info,sqlx=warn,rmcp=warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERROCLAW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let registry = tracing_subscriber::registry()

@@ -65,6 +65,19 @@ pub fn secret_redacted(variable: &str, sink: &'static str) {
         .increment(1);
 }
 
+/// An MCP tool call ended: `ok`, `error` (the server said so), `timeout`, `down`, `failed`.
+pub fn mcp_call(server: &str, tool: &str, outcome: &'static str, took: Duration) {
+    counter!("ferroclaw_mcp_calls_total", "server" => server.to_string(), "tool" => tool.to_string(), "outcome" => outcome)
+        .increment(1);
+    histogram!("ferroclaw_mcp_call_seconds", "server" => server.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// An MCP server went down (it is restarted with backoff).
+pub fn mcp_server_down(server: &str) {
+    counter!("ferroclaw_mcp_server_down_total", "server" => server.to_string()).increment(1);
+}
+
 /// A bot message delivered to its platform.
 pub fn outbound(channel: &str) {
     counter!("ferroclaw_outbound_messages_total", "channel" => channel.to_string()).increment(1);

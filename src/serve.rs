@@ -72,6 +72,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             app.lanes.clone(),
             app.subagents.clone(),
             app.skills.clone(),
+            app.mcp.clone(),
             token,
         )
     });

@@ -30,6 +30,7 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/usage", get(super::usage::usage))
         .route("/v1/admin/approvals", get(super::approvals::approvals))
         .route("/v1/admin/skills", get(skills))
+        .route("/v1/admin/mcp", get(mcp))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
@@ -292,6 +293,11 @@ async fn revoke(State(admin): State<Admin>, Path(user): Path<String>) -> Respons
         Ok(n) => Json(json!({"revoked": user, "channels": n})).into_response(),
         Err(err) => unavailable(err),
     }
+}
+
+/// Each MCP server's state, last error, restarts and tools.
+async fn mcp(State(admin): State<Admin>) -> Response {
+    Json(json!({"servers": admin.mcp.statuses()})).into_response()
 }
 
 /// Each agent's skills with their content hashes at start and now (skills are read, never

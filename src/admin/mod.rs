@@ -30,6 +30,7 @@ pub struct Admin {
     pub lanes: Lanes,
     pub subagents: Arc<Registry>,
     pub skills: Arc<crate::skills::SkillLibrary>,
+    pub mcp: Arc<crate::mcp::McpServers>,
     token: Arc<SecretString>,
 }
 
@@ -39,6 +40,7 @@ impl Admin {
         lanes: Lanes,
         subagents: Arc<Registry>,
         skills: Arc<crate::skills::SkillLibrary>,
+        mcp: Arc<crate::mcp::McpServers>,
         token: SecretString,
     ) -> Self {
         Admin {
@@ -46,6 +48,7 @@ impl Admin {
             lanes,
             subagents,
             skills,
+            mcp,
             token: Arc::new(token),
         }
     }

@@ -153,6 +153,20 @@ pub(super) async fn status(State(admin): State<Admin>) -> Response {
     html.push_str("</ul>");
     spend(&mut html, &admin).await;
     // Recent warnings and errors.
+    let servers = admin.mcp.statuses();
+    if !servers.is_empty() {
+        html.push_str("<h2>MCP servers</h2><table><tr><th>server</th><th>state</th><th>tools</th><th>last error</th></tr>");
+        for s in servers {
+            html.push_str(&format!(
+                "<tr><td>{}</td><td class=\"state\">{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+                escape(&s.id),
+                format!("{:?}", s.state).to_lowercase(),
+                s.tools.len(),
+                escape(s.last_error.as_deref().unwrap_or(""))
+            ));
+        }
+        html.push_str("</table>");
+    }
     html.push_str("<h2>Recent errors</h2><ul>");
     let recent = crate::recent_errors::recent();
     if recent.is_empty() {

@@ -133,6 +133,28 @@ pub fn check(config: &Config) -> Vec<Found> {
     for (key, text) in config.egress.problems() {
         problem(&key, text);
     }
+    for (key, text) in config.mcp.problems() {
+        problem(&key, text);
+    }
+    let mut mcp_lists: Vec<(String, &Vec<String>)> = Vec::new();
+    if let Some(list) = &config.agent.mcp {
+        mcp_lists.push(("agent.mcp".into(), list));
+    }
+    for (id, agent) in &config.agents {
+        if let Some(list) = &agent.mcp {
+            mcp_lists.push((format!("agents.{id}.mcp"), list));
+        }
+    }
+    for (key, list) in mcp_lists {
+        for (i, server) in list.iter().enumerate() {
+            if !config.mcp.servers.contains_key(server) {
+                problem(
+                    &format!("{key}[{i}]"),
+                    format!("no MCP server `{server}` is configured (mcp.servers.{server})"),
+                );
+            }
+        }
+    }
     // An agent's own keys over the (valid) built-in defaults: each problem is reported once,
     // under the key that has it.
     for (id, agent) in &config.agents {

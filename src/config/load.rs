@@ -57,6 +57,9 @@ pub struct Secrets {
     pub transcription_key: Option<SecretString>,
     /// The OpenAI-compatible endpoint's bearer token (`api.token_env`); None: not served.
     pub api_token: Option<SecretString>,
+    /// MCP servers' secrets by the key naming their variable
+    /// (`mcp.servers.ID.secret_env.NAME`, `mcp.servers.ID.headers_env.Header`).
+    pub mcp: BTreeMap<String, SecretString>,
     /// Every value read, by the variable that held it (the leak scanner's list: a redaction
     /// names the variable, never the value).
     pub by_variable: BTreeMap<String, SecretString>,
@@ -70,6 +73,7 @@ impl Secrets {
         all.extend(self.admin_token.iter().cloned());
         all.extend(self.transcription_key.iter().cloned());
         all.extend(self.api_token.iter().cloned());
+        all.extend(self.mcp.values().cloned());
         all
     }
 
@@ -209,9 +213,14 @@ fn figment_problem(err: figment::Error) -> Problem {
 /// name no tool has is a problem naming the key (`config check` and `serve` alike).
 pub fn check_agent_tools(config: &Config, names: &[String]) -> Vec<Problem> {
     let mut problems = Vec::new();
+    // An MCP server's tools are known once it answers: `<server>__<tool>` names pass here.
+    let from_mcp = |tool: &str| {
+        tool.split_once("__")
+            .is_some_and(|(server, _)| config.mcp.servers.contains_key(server))
+    };
     for (id, agent) in &config.agents {
         for (i, tool) in agent.tools.iter().flatten().enumerate() {
-            if !names.contains(tool) {
+            if !names.contains(tool) && !from_mcp(tool) {
                 problems.push(Problem {
                     key: format!("agents.{id}.tools[{i}]"),
                     message: format!("unknown tool `{tool}` (tools: {})", names.join(", ")),
@@ -519,6 +528,14 @@ fn validate(
     }
     if !config.transcription.api_key_env.is_empty() {
         secrets.transcription_key = secret(&config.transcription.api_key_env);
+    }
+    for (key, var) in config.mcp.secret_vars() {
+        match secret(&var) {
+            Some(value) => {
+                secrets.mcp.insert(key, value);
+            }
+            None => problem(&key, format!("environment variable {var} is not set")),
+        }
     }
     secrets.by_variable = read.into_inner();
     secrets

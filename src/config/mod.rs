@@ -10,12 +10,14 @@ mod bounds;
 mod cost;
 mod egress;
 mod load;
+mod mcp;
 mod render;
 mod schema;
 
 pub use approvals::{ApprovalsConfig, ApprovalsOverride};
 pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
 pub use egress::{EgressConfig, EgressMode, host_pattern};
-pub use load::{ConfigError, Known, LoadedConfig, Problem, check_agent_tools, load};
+pub use load::{ConfigError, Known, LoadedConfig, Problem, Secrets, check_agent_tools, load};
+pub use mcp::{McpConfig, McpServerConfig, McpStart};
 pub use render::render_redacted;
 pub use schema::*;

@@ -47,6 +47,7 @@ pub struct Config {
     pub limits: super::cost::LimitsConfig,
     pub approvals: super::approvals::ApprovalsConfig,
     pub egress: super::egress::EgressConfig,
+    pub mcp: super::mcp::McpConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -170,6 +171,9 @@ pub struct AgentDef {
     /// Skill filter by name (unset: all).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skills: Option<Vec<String>>,
+    /// MCP servers whose tools it is offered (unset: `[agent]`'s, else every server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Vec<String>>,
     /// Agent ids this agent may spawn or delegate to (itself always).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub may_delegate: Vec<String>,
@@ -271,6 +275,7 @@ impl Default for Config {
             limits: Default::default(),
             approvals: Default::default(),
             egress: Default::default(),
+            mcp: Default::default(),
         }
     }
 }
@@ -362,6 +367,9 @@ pub struct AgentConfig {
     pub plan_mode: PlanMode,
     /// `steps` plans: model calls one step may make.
     pub max_step_iterations: u32,
+    /// MCP servers whose tools it is offered (unset: every server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Vec<String>>,
 }
 
 impl Default for AgentConfig {
@@ -377,6 +385,7 @@ impl Default for AgentConfig {
             max_input_chars: 32_000,
             plan_mode: PlanMode::Tracker,
             max_step_iterations: 8,
+            mcp: None,
         }
     }
 }

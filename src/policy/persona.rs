@@ -157,6 +157,7 @@ impl Personas {
             exec,
         };
         self.tools
+            .all()
             .iter()
             .filter(|t| agent.allows_tool(t.name()) && t.offered(&offer))
             .map(|t| t.name().to_string())

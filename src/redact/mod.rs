@@ -40,6 +40,8 @@ pub enum Sink {
     Fetch,
     /// A file `send_file` was asked to send.
     File,
+    /// Arguments of a call that leaves the service (an MCP server's tool).
+    Tool,
 }
 
 impl Sink {
@@ -50,6 +52,7 @@ impl Sink {
             Sink::Log => "log",
             Sink::Fetch => "fetch",
             Sink::File => "file",
+            Sink::Tool => "tool",
         }
     }
 }

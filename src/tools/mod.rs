@@ -176,6 +176,11 @@ pub trait Tool: Send + Sync {
     fn offered(&self, _offer: &Offer<'_>) -> bool {
         true
     }
+    /// Why it is not offered now when that is worth telling a model that calls it anyway
+    /// (an MCP server that is down); None: the plain "not available here".
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
     /// Whether a subagent may have it (a plan or a schedule belongs to the person's session).
     fn for_children(&self) -> bool {
         true
@@ -202,8 +207,42 @@ pub trait Tool: Send + Sync {
     }
 }
 
+/// Tools that come and go while the service runs (an MCP server's, once it has answered).
+pub trait ToolSource: Send + Sync {
+    /// The tools there are now.
+    fn current(&self) -> Arc<[Arc<DynamicTool>]>;
+}
+
+/// A tool found at run time, its spec and its argument validator (compiled when it was
+/// found: a schema that does not compile is never offered).
+pub struct DynamicTool {
+    pub tool: Arc<dyn Tool>,
+    pub spec: ToolSpec,
+    validator: jsonschema::Validator,
+}
+
+impl DynamicTool {
+    /// Err: its schema is not one the registry can check arguments against.
+    pub fn new(tool: Arc<dyn Tool>) -> Result<Self, String> {
+        let schema = tool.schema();
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        let spec = ToolSpec {
+            name: tool.name().into(),
+            description: tool.description().into(),
+            parameters: Arc::new(schema),
+        };
+        Ok(DynamicTool {
+            tool,
+            spec,
+            validator,
+        })
+    }
+}
+
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    /// Tools found at run time (MCP servers'), after the built ones.
+    source: Option<Arc<dyn ToolSource>>,
     /// Each tool's argument validator, compiled on the tool's first call (compiling all of
     /// them at start cost about half a megabyte and the start-up time of the schema engine).
     validators: Vec<OnceLock<jsonschema::Validator>>,
@@ -224,9 +263,23 @@ impl ToolRegistry {
             .collect();
         ToolRegistry {
             tools,
+            source: None,
             validators,
             specs,
         }
+    }
+
+    /// The same registry with the tools `source` has at each moment.
+    pub fn with_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The run-time tools there are now (none without a source).
+    fn dynamic(&self) -> Arc<[Arc<DynamicTool>]> {
+        self.source
+            .as_ref()
+            .map_or_else(|| Arc::from(Vec::new()), |s| s.current())
     }
 
     /// The argument validator of tool `index`, compiled on first use.
@@ -252,27 +305,54 @@ impl ToolRegistry {
     }
 
     fn specs_where(&self, keep: impl Fn(&dyn Tool) -> bool) -> Vec<ToolSpec> {
-        self.tools
+        let mut specs: Vec<ToolSpec> = self
+            .tools
             .iter()
             .zip(&self.specs)
             .filter(|(t, _)| keep(t.as_ref()))
             .map(|(_, spec)| spec.clone())
-            .collect()
+            .collect();
+        if self.source.is_some() {
+            let found = self.dynamic();
+            specs.extend(
+                found
+                    .iter()
+                    .filter(|d| keep(d.tool.as_ref()))
+                    .map(|d| d.spec.clone()),
+            );
+        }
+        specs
     }
 
-    /// Every registered tool's name, in registry order.
+    /// Every tool's name (the built ones, then those found at run time).
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.name().to_string()).collect()
+        self.all().iter().map(|t| t.name().to_string()).collect()
     }
 
-    /// Every registered tool, in registry order.
+    /// The built tools, in registry order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.iter()
     }
 
-    /// The registered tool called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name)
+    /// Every tool there is now: the built ones, then those found at run time.
+    pub fn all(&self) -> Vec<Arc<dyn Tool>> {
+        let mut all = self.tools.clone();
+        if self.source.is_some() {
+            all.extend(self.dynamic().iter().map(|d| d.tool.clone()));
+        }
+        all
+    }
+
+    /// The tool called `name` (a built one, or one found at run time).
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.iter().find(|t| t.name() == name) {
+            return Some(tool.clone());
+        }
+        self.source.as_ref()?;
+        self.dynamic()
+            .iter()
+            .find(|d| d.tool.name() == name)
+            .map(|d| d.tool.clone())
     }
 
     /// Each tool's spec as `agent` sees it where it differs (see [`Tool::spec_for`]).
@@ -298,23 +378,32 @@ impl ToolRegistry {
     /// Check a call before it runs: offered (the model may not use what it was not given), a
     /// registered tool, arguments that are JSON and match the tool's schema. `Err` is the
     /// `Error: ...` result for the model (counted). Then [`ToolRegistry::run`].
-    pub fn prepare<'a>(
-        &'a self,
-        call: &ToolCall,
-        offered: &[ToolSpec],
-    ) -> Result<Prepared<'a>, String> {
+    pub fn prepare(&self, call: &ToolCall, offered: &[ToolSpec]) -> Result<Prepared, String> {
         let refused = |label: &str, text: String| {
             crate::metrics::tool_call(label, false);
             Err(format!("Error: {text}"))
         };
-        let found = self
-            .tools
-            .iter()
-            .enumerate()
-            .find(|(_, t)| t.name() == call.name);
+        let dynamic;
+        let found: Option<(Arc<dyn Tool>, &jsonschema::Validator)> =
+            match self.tools.iter().position(|t| t.name() == call.name) {
+                Some(index) => Some((self.tools[index].clone(), self.validator(index))),
+                None => {
+                    dynamic = self.dynamic();
+                    dynamic
+                        .iter()
+                        .find(|d| *d.spec.name == *call.name)
+                        .map(|d| (d.tool.clone(), &d.validator))
+                }
+            };
         // The metrics label: a registered tool's own name, never what the model made up.
-        let label = found.map_or("unknown", |(_, t)| t.name());
+        let label = found.as_ref().map_or("unknown", |(t, _)| t.name());
         if !offered.iter().any(|t| *t.name == *call.name) {
+            if let Some(why) = found.as_ref().and_then(|(t, _)| t.unavailable()) {
+                return refused(
+                    label,
+                    format!("tool `{}` is not available now: {why}", call.name),
+                );
+            }
             let names: Vec<&str> = offered.iter().map(|t| &*t.name).collect();
             return refused(
                 label,
@@ -325,7 +414,7 @@ impl ToolRegistry {
                 ),
             );
         }
-        let Some((index, tool)) = found else {
+        let Some((tool, validator)) = &found else {
             let text = format!(
                 "unknown tool `{}`; available: {}",
                 call.name,
@@ -337,8 +426,7 @@ impl ToolRegistry {
             Ok(args) => args,
             Err(e) => return refused(label, format!("arguments are not valid JSON: {e}")),
         };
-        let problems: Vec<String> = self
-            .validator(index)
+        let problems: Vec<String> = validator
             .iter_errors(&args)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -353,7 +441,7 @@ impl ToolRegistry {
             return refused(label, format!("invalid arguments: {}", problems.join("; ")));
         }
         Ok(Prepared {
-            tool,
+            tool: tool.clone(),
             args,
             key: None,
         })
@@ -361,7 +449,7 @@ impl ToolRegistry {
 
     /// Run a prepared call: a turn redone after a crash replays what this call already did;
     /// the call is bounded by its time limit. A failure is the `Error: ...` result.
-    pub async fn run(&self, prepared: Prepared<'_>, cx: &ToolContext) -> String {
+    pub async fn run(&self, prepared: Prepared, cx: &ToolContext) -> String {
         let Prepared { tool, args, key } = prepared;
         tracing::debug!(tool = tool.name(), arguments = %args, "tool call");
         let result = Self::run_tool(tool.as_ref(), args, key, cx).await;
@@ -419,15 +507,15 @@ impl ToolRegistry {
 }
 
 /// A call that passed the registry's checks: its tool and its validated arguments.
-pub struct Prepared<'a> {
-    tool: &'a Arc<dyn Tool>,
+pub struct Prepared {
+    tool: Arc<dyn Tool>,
     /// The arguments, parsed and checked against the tool's schema.
     pub args: Value,
     /// Its key in the turn's effect log, once [`Prepared::identify`] took it.
     key: Option<String>,
 }
 
-impl Prepared<'_> {
+impl Prepared {
     /// This call's identity across attempts of its turn (`<turn>/<tool>:<hash>:<n>`), when
     /// its turn records effects: a redone turn's same call has the same one.
     pub fn identify(&mut self, cx: &ToolContext) -> Option<String> {

@@ -293,6 +293,27 @@ fn values_serve_would_refuse_or_panic_on_are_refused_naming_the_key() {
         ),
         ("[egress]\ndeny = [\"x.org:443\"]\n", "egress.deny[0]", &[]),
         ("[egress]\nmode = \"closed\"\n", "egress.mode", &[]),
+        ("[mcp.servers.x]\nargs = [\"a\"]\n", "mcp.servers.x", &[]),
+        (
+            "[mcp.servers.x]\ncommand = \"a\"\nurl = \"http://h/mcp\"\n",
+            "mcp.servers.x.url",
+            &[],
+        ),
+        (
+            "[mcp.servers.a__b]\ncommand = \"a\"\n",
+            "mcp.servers.a__b",
+            &[],
+        ),
+        (
+            "[agent]\nmcp = [\"nope\"]\n[mcp.servers.x]\ncommand = \"a\"\n",
+            "agent.mcp[0]",
+            &[],
+        ),
+        (
+            "[mcp.servers.n]\nurl = \"http://h/mcp\"\nheaders_env = { Authorization = \"FC_UNSET_AUTH\" }\n",
+            "mcp.servers.n.headers_env.Authorization",
+            &[],
+        ),
         ("[sandbox]\npids_limit = 0\n", "sandbox.pids_limit", &[]),
         ("[sandbox]\npids_limit = -1\n", "sandbox.pids_limit", &[]),
         ("[sandbox]\nmemory_mb = 0\n", "sandbox.memory_mb", &[]),

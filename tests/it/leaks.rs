@@ -256,22 +256,6 @@ impl<T: axum::response::IntoResponse> Boxed for T {
     }
 }
 
-async fn reply_containing(hook: &Hook, conversation: &str, text: &str) -> String {
-    wait_for(
-        &format!("a reply containing {text:?}"),
-        Duration::from_secs(30),
-        || async {
-            hook.list(conversation, 0)
-                .await
-                .into_iter()
-                .filter(|m| m["kind"] == "reply")
-                .filter_map(|m| m["text"].as_str().map(str::to_string))
-                .find(|t| t.contains(text))
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_denied_host() {
     let llm = LlmStandIn::start(calls_from_the_message()).await;
@@ -296,7 +280,7 @@ async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_
     // A listed host, with the key in the URL: fetched at once, the key never sent.
     let url = format!("{}/echo?key={KEY}", listed.url);
     send("m1", json!([["web_fetch", {"url": url}]])).await;
-    let answer = reply_containing(&hook, "c-2", "asked for /echo").await;
+    let answer = hook.reply_containing("c-2", "asked for /echo").await;
     assert!(answer.contains("redacted"), "{answer}");
     for asked in listed.asked.lock().unwrap().iter() {
         assert_clean("the fetched site", asked);
@@ -306,7 +290,7 @@ async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_
     // nothing.
     let hop = format!("{}/to?url={}/page", listed.url, denied.url);
     send("m2", json!([["web_fetch", {"url": hop}]])).await;
-    let refused = reply_containing(&hook, "c-2", "egress.deny").await;
+    let refused = hook.reply_containing("c-2", "egress.deny").await;
     assert!(refused.contains("127.0.0.2"), "{refused}");
     assert!(denied.asked.lock().unwrap().is_empty());
     // Named directly, it is refused before any request.
@@ -315,7 +299,8 @@ async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_
         json!([["web_fetch", {"url": format!("{}/page", denied.url)}]]),
     )
     .await;
-    reply_containing(&hook, "c-2", "refused: egress.deny lists `127.0.0.2`").await;
+    hook.reply_containing("c-2", "refused: egress.deny lists `127.0.0.2`")
+        .await;
     assert!(denied.asked.lock().unwrap().is_empty());
 
     // An unlisted host asks first; approved, it is fetched.
@@ -349,7 +334,7 @@ async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_
         )
         .await;
     assert_eq!(status, 200, "{decided}");
-    reply_containing(&hook, "c-2", "the page body").await;
+    hook.reply_containing("c-2", "the page body").await;
     assert_eq!(listed.asked.lock().unwrap().len(), before + 1);
 
     // A file holding the key is not sent.
@@ -359,7 +344,7 @@ async fn fetches_are_redacted_allowlisted_asked_about_and_never_redirected_to_a_
                ["send_file", {"path": "notes.txt"}]]),
     )
     .await;
-    let refusal = reply_containing(&hook, "c-2", "was not sent").await;
+    let refusal = hook.reply_containing("c-2", "was not sent").await;
     assert!(refusal.contains("FC_LLM_KEY"), "{refusal}");
     let files = hook
         .list("c-2", 0)

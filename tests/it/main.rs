@@ -20,6 +20,7 @@ mod exposure;
 mod hardening;
 mod leaks;
 mod local_model;
+mod mcp;
 mod media;
 mod message_path;
 mod openai_api;

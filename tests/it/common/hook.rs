@@ -94,4 +94,21 @@ impl Hook {
             .unwrap();
         v["messages"].as_array().unwrap().clone()
     }
+
+    /// Wait (up to 40 s) for a reply in `conversation` whose text contains `text`.
+    pub async fn reply_containing(&self, conversation: &str, text: &str) -> String {
+        super::wait_for(
+            &format!("a reply containing {text:?}"),
+            std::time::Duration::from_secs(40),
+            || async {
+                self.list(conversation, 0)
+                    .await
+                    .into_iter()
+                    .filter(|m| m["kind"] == "reply")
+                    .filter_map(|m| m["text"].as_str().map(str::to_string))
+                    .find(|t| t.contains(text))
+            },
+        )
+        .await
+    }
 }
