@@ -153,6 +153,8 @@ impl App {
 
     /// Connect to and migrate the store `storage.url` names.
     pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+        // A schema newer than this binary's: refused before anything opens it for writing.
+        storage::refuse_newer_schema(&config.storage.url).await?;
         let store = storage::connect(&config.storage.url)
             .await
             .context("cannot open the database named by storage.url")?;

@@ -66,7 +66,13 @@ pub enum Command {
         command: ConfigCommand,
     },
     /// Apply database migrations and exit
-    Migrate(ConfigArg),
+    Migrate {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// List the migrations that would be applied, and apply none
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Check a deployment: print findings (HIGH, MEDIUM, LOW) with their fixes; exit 1 when
     /// any is HIGH
     Doctor(ConfigArg),

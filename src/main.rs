@@ -62,8 +62,20 @@ fn main() -> ExitCode {
         Command::Chat { config, session } => with_config(&config, |loaded| async move {
             ferroclaw::chat::run(&loaded, &session).await
         }),
-        Command::Migrate(arg) => with_config(&arg, |loaded| async move {
-            let store = ferroclaw::storage::connect(&loaded.config.storage.url).await?;
+        Command::Migrate { config, dry_run } => with_config(&config, |loaded| async move {
+            let url = &loaded.config.storage.url;
+            ferroclaw::storage::refuse_newer_schema(url).await?;
+            if dry_run {
+                let pending = ferroclaw::storage::pending_migrations(url).await?;
+                if pending.is_empty() {
+                    println!("the schema is current: nothing to apply");
+                }
+                for (version, description) in pending {
+                    println!("would apply {version:04} {description}");
+                }
+                return Ok(());
+            }
+            let store = ferroclaw::storage::connect(url).await?;
             store.migrate().await?;
             println!("migrations applied");
             Ok(())
@@ -272,6 +284,15 @@ where
         .expect("tokio runtime");
     match runtime.block_on(run(loaded)) {
         Ok(()) => ExitCode::SUCCESS,
+        // A newer schema: one line, exit 2 (SPEC section 22).
+        Err(err)
+            if err
+                .downcast_ref::<ferroclaw::storage::SchemaTooNew>()
+                .is_some() =>
+        {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE

@@ -21,6 +21,55 @@ pub struct SchemaState {
     pub known: i64,
 }
 
+/// A database whose schema is newer than this binary knows: nothing may touch it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the database's schema is at migration {applied}, newer than this ferroclaw {binary} knows \
+     (migration {known}); run the ferroclaw that wrote it (nothing was changed)"
+)]
+pub struct SchemaTooNew {
+    pub applied: i64,
+    pub known: i64,
+    pub binary: &'static str,
+}
+
+/// Refuses a database whose schema is newer than this binary's, reading it without
+/// changing anything (a database that cannot be read is left to the connection that
+/// follows, which says why).
+pub async fn refuse_newer_schema(url: &str) -> Result<(), SchemaTooNew> {
+    match schema_state(url).await {
+        Ok(Some(SchemaState {
+            applied: Some(applied),
+            known,
+        })) if applied > known => Err(SchemaTooNew {
+            applied,
+            known,
+            binary: env!("CARGO_PKG_VERSION"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The migrations this binary would apply to the database at `url` (version and
+/// description), read without changing anything.
+pub async fn pending_migrations(url: &str) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let migrator: &sqlx::migrate::Migrator = if postgres {
+        &super::postgres::MIGRATOR
+    } else {
+        &super::sqlite_schema::MIGRATOR
+    };
+    let applied = schema_state(url)
+        .await?
+        .and_then(|s| s.applied)
+        .unwrap_or(0);
+    Ok(migrator
+        .iter()
+        .filter(|m| m.version > applied)
+        .map(|m| (m.version, m.description.to_string()))
+        .collect())
+}
+
 /// Reads the schema version of the database at `url` without creating, migrating or
 /// writing anything (None: a SQLite file that does not exist yet).
 pub async fn schema_state(url: &str) -> Result<Option<SchemaState>, sqlx::Error> {
@@ -39,9 +88,16 @@ pub async fn schema_state(url: &str) -> Result<Option<SchemaState>, sqlx::Error>
         let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
             .read_only(true)
             .create_if_missing(false);
-        if !options.get_filename().exists() {
+        let file = options.get_filename().to_path_buf();
+        if !file.exists() {
             return Ok(None);
         }
+        // A file closed cleanly (no WAL beside it) is read as immutable, which creates no
+        // -wal and -shm files; with a WAL its newest commits may be there, so it is read
+        // through it (those files exist already).
+        let mut wal = file.clone().into_os_string();
+        wal.push("-wal");
+        let options = options.immutable(!std::path::Path::new(&wal).exists());
         let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
         let applied = sqlx::query_scalar(NEWEST).fetch_one(&mut conn).await;
         let _ = conn.close().await;

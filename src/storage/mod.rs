@@ -33,7 +33,9 @@ pub use approvals::{
     ApprovalDecision, ApprovalRow, ApprovalRule, ApprovalRuleStore, ApprovalState, ApprovalStore,
     NewApproval, TaintStore,
 };
-pub use connect::{SchemaState, connect, schema_state};
+pub use connect::{
+    SchemaState, SchemaTooNew, connect, pending_migrations, refuse_newer_schema, schema_state,
+};
 pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::JournalStore;

@@ -39,4 +39,5 @@ mod subagents;
 mod teams;
 mod telegram;
 mod tidy;
+mod upgrades;
 mod webhook;

@@ -1,0 +1,102 @@
+//! Schema safety (SPEC section 22): a database whose schema is newer than the binary makes
+//! `serve`, `chat` and `migrate` exit 2 with one line naming both versions and leaves every
+//! file as it was; `migrate --dry-run` lists what would be applied and applies nothing.
+
+use crate::common::service::{config_with_llm, run};
+use sqlx::Connection;
+use std::path::Path;
+
+/// Every file of the database (the file and its WAL) with a hash of its bytes, for comparing
+/// before and after.
+fn files(dir: &Path) -> Vec<(String, String)> {
+    use sha2::Digest;
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ferro.db"))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                hex::encode(sha2::Sha256::digest(std::fs::read(e.path()).unwrap())),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+async fn newest(db: &mut sqlx::SqliteConnection) -> i64 {
+    sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_schema_is_refused_untouched_and_dry_run_lists_what_is_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_llm(
+        "http://127.0.0.1:9/v1",
+        "[storage]\nurl = \"sqlite://ferro.db\"\n",
+    );
+    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["-c", "config.toml"]);
+        tokio::task::block_in_place(|| run(dir.path(), &all, "", &[]))
+    };
+    let migrated = cli(&["migrate"]);
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    let dry = cli(&["migrate", "--dry-run"]);
+    assert_eq!(dry.stdout.trim(), "the schema is current: nothing to apply");
+
+    let url = format!("sqlite://{}", dir.path().join("ferro.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let known = newest(&mut db).await;
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = ?")
+        .bind(known)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let dry = cli(&["migrate", "--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}", dry.stderr);
+    let line = dry.stdout.trim();
+    assert!(
+        line.starts_with(&format!("would apply {known:04} ")),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert_eq!(
+        newest(&mut db).await,
+        known - 1,
+        "a dry run applies nothing"
+    );
+
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    db.close().await.unwrap();
+    let before = files(dir.path());
+    for command in [&["serve"][..], &["chat"], &["migrate"]] {
+        let out = cli(command);
+        assert_eq!(out.code, Some(2), "{command:?}: {}", out.stderr);
+        let error: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(error.len(), 1, "{command:?}: {}", out.stderr);
+        assert!(
+            error[0].contains("migration 99999")
+                && error[0].contains(&format!("migration {known}"))
+                && error[0].contains(env!("CARGO_PKG_VERSION")),
+            "{command:?}: {}",
+            error[0]
+        );
+        assert_eq!(files(dir.path()), before, "{command:?} changed nothing");
+    }
+}
