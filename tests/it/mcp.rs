@@ -23,11 +23,12 @@ const ADMIN: &str = "admin-token-MCP-0001";
 const NOTES_KEY: &str = "notes-bearer-MCP-0001";
 
 /// A streamable-HTTP MCP server on the official Python SDK: `add` (read-only), `record`
-/// (appends a line to a file: an effect), `slow` (sleeps), `big` (10 MB of text). It
+/// (appends a line to a file: an effect), `slow` (sleeps), `big` (10 MB of text), `grow`
+/// (adds the tool `fresh` and sends `notifications/tools/list_changed`). It
 /// refuses requests without the bearer header the config passes from the environment.
 const NOTES_SERVER: &str = r#"
 import sys, time
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 port, effects, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 server = MCPServer("notes")
@@ -54,6 +55,16 @@ def slow(seconds: float) -> str:
 def big() -> str:
     """A very large answer."""
     return "x" * (10 * 1024 * 1024)
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add a tool while running, and say so."""
+    def fresh() -> str:
+        """A tool added while the server runs."""
+        return "fresh!"
+    server.add_tool(fresh, name="fresh")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
 
 import uvicorn
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -317,6 +328,24 @@ async fn the_model_uses_real_servers_through_restarts_timeouts_and_garbage() {
     hook.reply_containing("c", "Otters hold hands").await;
     send("c", "m3", json!([["notes__add", {"a": 20, "b": 22}]])).await;
     hook.reply_containing("c", "sum=42").await;
+
+    // A tool the server adds while running is offered once it says its list changed.
+    send("c", "m3b", json!([["notes__grow", {}]])).await;
+    hook.reply_containing("c", "grown").await;
+    wait_for("the new tool listed", Duration::from_secs(20), || async {
+        let notes = admin_server(&service, "notes").await;
+        notes["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "fresh")
+            .then_some(())
+    })
+    .await;
+    send("c", "m3c", json!([["notes__fresh", {}]])).await;
+    hook.reply_containing("c", "fresh!").await;
+    let last = llm.requests().last().unwrap().body["tools"].to_string();
+    assert!(last.contains("notes__fresh"), "offered: {last}");
 
     // An agent without the servers is not offered their tools.
     let before = llm.count();
