@@ -47,7 +47,7 @@ and anything notable. Be factual and concise.";
 
 impl Engine {
     /// Whether `model` sees images (its provider's `vision` flag).
-    fn sees_images(&self, model: &ModelRef) -> bool {
+    pub(super) fn sees_images(&self, model: &ModelRef) -> bool {
         self.config
             .providers
             .get(&model.provider)

@@ -499,6 +499,9 @@ impl Engine {
         if let Some(tracker) = plan {
             handles.insert(tracker);
         }
+        if self.sees_images(&persona.model) {
+            handles.insert(crate::tools::ToolImages::default());
+        }
         let turn = TurnScope {
             session_key: &session.key,
             route: input.route,

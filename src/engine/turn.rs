@@ -158,6 +158,19 @@ impl Engine {
                 output.entries.push(entry_for(&message, None, (0, 0)));
                 turn_messages.push(message);
             }
+            // Images the results brought (a model that sees): shown with the next calls of
+            // this turn, after the results (never stored).
+            let images = cx
+                .handles
+                .get::<crate::tools::ToolImages>()
+                .map(|found| found.take())
+                .unwrap_or_default();
+            if !images.is_empty() {
+                let mut shown =
+                    ChatMessage::text(Role::User, "[The images the tool results above returned.]");
+                shown.images = images;
+                turn_messages.push(shown);
+            }
         }
         output.outbound.push((
             OutboundKind::Error,

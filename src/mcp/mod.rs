@@ -199,7 +199,7 @@ impl McpServers {
             });
         };
         McpTool::new(server.clone(), listed, self.redactor.clone())
-            .invoke(arguments)
+            .invoke(arguments, None)
             .await
             .map_err(|e| e.0)
     }

@@ -64,9 +64,13 @@ impl McpTool {
     }
 }
 
-/// The text of a result: its text parts, a line for each image or other part, cut at
-/// `max` bytes with a note.
-fn result_text(result: rmcp::model::CallToolResult, max: usize) -> String {
+/// The text of a result: its text parts, a line for each image (given to `images` when the
+/// turn's model can see) or other part, cut at `max` bytes with a note.
+fn result_text(
+    result: rmcp::model::CallToolResult,
+    max: usize,
+    images: Option<&crate::tools::ToolImages>,
+) -> String {
     let mut text = String::new();
     for part in result.content {
         if !text.is_empty() {
@@ -74,11 +78,23 @@ fn result_text(result: rmcp::model::CallToolResult, max: usize) -> String {
         }
         match part.raw {
             RawContent::Text(t) => text.push_str(&t.text),
-            RawContent::Image(image) => text.push_str(&format!(
-                "[image: {}, {} bytes of base64]",
-                image.mime_type,
-                image.data.len()
-            )),
+            RawContent::Image(image) => match images {
+                Some(images) => {
+                    text.push_str(&format!(
+                        "[image: {}, attached for you to see]",
+                        image.mime_type
+                    ));
+                    images.push(crate::providers::ImagePart {
+                        mime: image.mime_type,
+                        base64: image.data.into(),
+                    });
+                }
+                None => text.push_str(&format!(
+                    "[image: {}, {} bytes of base64; this model cannot see images]",
+                    image.mime_type,
+                    image.data.len()
+                )),
+            },
             RawContent::Audio(audio) => text.push_str(&format!("[audio: {}]", audio.mime_type)),
             RawContent::Resource(resource) => match resource.resource {
                 rmcp::model::ResourceContents::TextResourceContents { text: t, uri, .. } => {
@@ -162,14 +178,20 @@ impl Tool for McpTool {
             self.server.config.timeout_secs + 5,
         ))
     }
-    async fn run(&self, args: Value, _cx: &ToolContext) -> Result<String, ToolError> {
-        self.invoke(args).await
+    async fn run(&self, args: Value, cx: &ToolContext) -> Result<String, ToolError> {
+        self.invoke(args, cx.handles.get::<crate::tools::ToolImages>())
+            .await
     }
 }
 
 impl McpTool {
-    /// One call with these arguments (a turn's, or `ferroclaw mcp call`'s).
-    pub async fn invoke(&self, args: Value) -> Result<String, ToolError> {
+    /// One call with these arguments (a turn's, or `ferroclaw mcp call`'s); images go to
+    /// `images` when given.
+    pub async fn invoke(
+        &self,
+        args: Value,
+        images: Option<&crate::tools::ToolImages>,
+    ) -> Result<String, ToolError> {
         let server = &self.server.id;
         // Arguments leave the service: the leak scan first.
         let text = args.to_string();
@@ -194,7 +216,7 @@ impl McpTool {
         match outcome {
             Ok(result) => {
                 let failed = result.is_error == Some(true);
-                let text = result_text(result, self.server.config.max_result_bytes);
+                let text = result_text(result, self.server.config.max_result_bytes, images);
                 if failed {
                     Err(ToolError(format!("MCP server `{server}` says: {text}")))
                 } else {
@@ -243,7 +265,7 @@ mod tests {
     fn long_results_are_cut_saying_so() {
         let result =
             rmcp::model::CallToolResult::success(vec![rmcp::model::Content::text("é".repeat(100))]);
-        let text = result_text(result, 51);
+        let text = result_text(result, 51, None);
         assert!(text.starts_with(&"é".repeat(25)));
         assert!(
             text.contains("the result was 200 bytes; the first 50"),

@@ -68,6 +68,23 @@ impl TurnHandles {
     }
 }
 
+/// Images tool results bring, for a model that can see: a turn handle the engine puts in
+/// only when the turn's model sees images, and sends with the turn's next model call (never
+/// stored). A tool without it says in words that an image came.
+#[derive(Clone, Default)]
+pub struct ToolImages(Arc<std::sync::Mutex<Vec<crate::providers::ImagePart>>>);
+
+impl ToolImages {
+    pub fn push(&self, image: crate::providers::ImagePart) {
+        self.0.lock().expect("tool images lock").push(image);
+    }
+
+    /// The images brought since the last take.
+    pub fn take(&self) -> Vec<crate::providers::ImagePart> {
+        std::mem::take(&mut *self.0.lock().expect("tool images lock"))
+    }
+}
+
 /// What decides whether a tool is offered to a persona (after its `tools` allowlist).
 pub struct Offer<'a> {
     pub agent: &'a AgentProfile,

@@ -12,6 +12,7 @@ use crate::common::llm::{Behaviour, LlmStandIn, calls_from_the_message, fresh_re
 use crate::common::python::python;
 use crate::common::service::{Service, Workdir, config_with_llm, run};
 use crate::common::wait_for;
+use base64::Engine as _;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,11 +25,13 @@ const NOTES_KEY: &str = "notes-bearer-MCP-0001";
 
 /// A streamable-HTTP MCP server on the official Python SDK: `add` (read-only), `record`
 /// (appends a line to a file: an effect), `slow` (sleeps), `big` (10 MB of text), `grow`
-/// (adds the tool `fresh` and sends `notifications/tools/list_changed`). It
+/// (adds the tool `fresh` and sends `notifications/tools/list_changed`), `picture` (an
+/// image). It
 /// refuses requests without the bearer header the config passes from the environment.
 const NOTES_SERVER: &str = r#"
 import sys, time
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations
 port, effects, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 server = MCPServer("notes")
@@ -55,6 +58,11 @@ def slow(seconds: float) -> str:
 def big() -> str:
     """A very large answer."""
     return "x" * (10 * 1024 * 1024)
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def picture() -> Image:
+    """A small picture."""
+    return Image(data=b"\x89PNG-otter-picture", format="png")
 
 @server.tool()
 async def grow(ctx: Context) -> str:
@@ -269,7 +277,12 @@ async fn the_model_uses_real_servers_through_restarts_timeouts_and_garbage() {
         dir.path(),
         "[agents.plain]\nmcp = []\n\n[[bindings]]\nagent = \"plain\"\nchat = \"plain\"\n",
     );
-    let work = Workdir::new(&config(&llm.url, &body));
+    // The model sees images (tool results' images reach it as image parts).
+    let work = Workdir::new(&config(&llm.url, &body).replacen(
+        "kind = \"openai\"\n",
+        "kind = \"openai\"\nvision = true\n",
+        1,
+    ));
     let env = env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let service = Service::start(&work, &env).await;
@@ -328,6 +341,18 @@ async fn the_model_uses_real_servers_through_restarts_timeouts_and_garbage() {
     hook.reply_containing("c", "Otters hold hands").await;
     send("c", "m3", json!([["notes__add", {"a": 20, "b": 22}]])).await;
     hook.reply_containing("c", "sum=42").await;
+
+    // An image result: a model that sees gets it as an image part with the next call.
+    send("c", "m3a", json!([["notes__picture", {}]])).await;
+    let got = hook.reply_containing("c", "[image:").await;
+    assert!(got.contains("attached for you to see"), "{got}");
+    let picture = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG-otter-picture");
+    let shown = llm.requests().iter().any(|r| {
+        r.body["messages"]
+            .to_string()
+            .contains(&format!("data:image/png;base64,{picture}"))
+    });
+    assert!(shown, "the image went to the model as an image part");
 
     // A tool the server adds while running is offered once it says its list changed.
     send("c", "m3b", json!([["notes__grow", {}]])).await;

@@ -263,11 +263,20 @@ pub fn tool_results(body: &Value) -> Vec<String> {
     tool_results_from(body, 0)
 }
 
-/// Tool results that answer calls of this turn (after the last user message).
+/// Whether `message` is a person's (a user message other than the one the engine adds to
+/// show the images tool results brought).
+fn from_a_person(message: &Value) -> bool {
+    let shows_tool_images = message["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("[The images the tool results"));
+    message["role"] == "user" && !shows_tool_images
+}
+
+/// Tool results that answer calls of this turn (after the person's last message).
 pub fn fresh_results(body: &Value) -> Vec<String> {
     let last_user = body["messages"]
         .as_array()
-        .and_then(|m| m.iter().rposition(|m| m["role"] == "user"))
+        .and_then(|m| m.iter().rposition(from_a_person))
         .unwrap_or(0);
     tool_results_from(body, last_user)
 }
