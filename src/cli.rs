@@ -81,6 +81,23 @@ pub enum Command {
         #[command(subcommand)]
         command: PairingCommand,
     },
+    /// Write a consistent snapshot of the store, the workspaces and the configuration (its
+    /// secrets redacted) to one file, while the service runs
+    Backup {
+        /// Where to write it (default: ferroclaw-backup-<unix time>.zip here)
+        file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Restore a backup into an empty store and workspace
+    Restore {
+        file: std::path::PathBuf,
+        /// Replace a store and workspaces that are not empty
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// MCP servers: their states and tools, and a quick call
     Mcp {
         #[command(subcommand)]

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod agents;
 pub mod app;
 pub mod approvals;
+pub mod backup;
 pub mod channels;
 pub mod chat;
 pub mod cli;

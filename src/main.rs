@@ -96,6 +96,33 @@ fn main() -> ExitCode {
         }
         Command::Model { command } => model(command),
         Command::Mcp { command } => mcp(command),
+        Command::Backup { file, config } => with_config(&config, |loaded| async move {
+            let file = file.unwrap_or_else(|| {
+                format!("ferroclaw-backup-{}.zip", ferroclaw::clock::now_ms() / 1000).into()
+            });
+            let done = ferroclaw::backup::backup(&loaded, &file).await?;
+            println!(
+                "backup written to {} (database {} bytes, {} workspace files)",
+                file.display(),
+                done.database_bytes,
+                done.files
+            );
+            Ok(())
+        }),
+        Command::Restore {
+            file,
+            force,
+            config,
+        } => with_config(&config, |loaded| async move {
+            let done = ferroclaw::backup::restore(&loaded, &file, force).await?;
+            println!(
+                "restored {} (database {} bytes, {} workspace files)",
+                file.display(),
+                done.database_bytes,
+                done.files
+            );
+            Ok(())
+        }),
         Command::Doctor(arg) => match load(&arg) {
             Ok(loaded) => {
                 let mut findings = ferroclaw::doctor::examine(&loaded);

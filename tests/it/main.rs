@@ -9,6 +9,7 @@ mod agents;
 mod approvals;
 mod approvals_chat;
 mod auth_profiles;
+mod backup;
 mod chaos;
 mod chat_cli;
 mod config_check;

@@ -1,0 +1,150 @@
+//! Backup and restore (SPEC section 22) through the real binary: a backup taken while 200
+//! messages flow restores into an empty folder where every journalled message has its reply
+//! or gets one when the restored service starts (nothing half-written), the workspace comes
+//! back, the restored service answers new messages, and a restore into a store that is not
+//! empty is refused unless `--force`.
+
+use crate::common::hook::Hook;
+use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::service::{Service, Workdir, config_with_llm, run};
+use crate::common::wait_for;
+use sqlx::Connection;
+use std::time::Duration;
+
+const SECRET: &str = "hook-secret-BACKUP-0001";
+
+async fn conversations_journalled(db: &std::path::Path) -> Vec<String> {
+    let url = format!("sqlite://{}", db.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT chat_id FROM inbound ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_taken_while_messages_flow_restores_to_a_store_that_answers_them_all() {
+    let llm = LlmStandIn::start(|body, _| {
+        Behaviour::slow(
+            format!("echo: {}", last_user(body)),
+            Duration::from_millis(30),
+        )
+    })
+    .await;
+    let config = config_with_llm(
+        &llm.url,
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n",
+    );
+    let env = [("FC_HOOK", SECRET)];
+    let first = Workdir::new(&config);
+    std::fs::create_dir_all(first.path().join("workspace/notes")).unwrap();
+    std::fs::write(first.path().join("workspace/notes/plan.md"), "keep me").unwrap();
+    let service = Service::start(&first, &env).await;
+    let hook = Hook::new(&service, SECRET);
+
+    // 200 messages, each its own conversation, sent while the backup is taken.
+    let sending = {
+        let base = service.base.clone();
+        tokio::spawn(async move {
+            let hook = Hook::for_base(&base, SECRET);
+            for i in 0..200 {
+                let (status, body) = hook
+                    .send(
+                        &format!("c{i}"),
+                        None,
+                        &format!("m{i}"),
+                        &format!("hello {i}"),
+                        "",
+                    )
+                    .await;
+                assert_eq!(status, 202, "{body}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    wait_for(
+        "some messages answered",
+        Duration::from_secs(30),
+        || async { (!hook.list("c20", 0).await.is_empty()).then_some(()) },
+    )
+    .await;
+    let backed_up = tokio::task::block_in_place(|| {
+        run(
+            first.path(),
+            &["backup", "snap.zip", "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_eq!(backed_up.code, Some(0), "{}", backed_up.stderr);
+    assert!(
+        backed_up.stdout.contains("backup written to snap.zip"),
+        "{}",
+        backed_up.stdout
+    );
+    sending.await.unwrap();
+    wait_for("all 200 answered", Duration::from_secs(60), || async {
+        (!hook.list("c199", 0).await.is_empty()).then_some(())
+    })
+    .await;
+    let (code, _) = service.terminate().await;
+    assert_eq!(code, Some(0));
+
+    // Restored into an empty folder with the same configuration.
+    let second = Workdir::new(&config);
+    let archive = first.path().join("snap.zip");
+    let archive = archive.to_str().unwrap();
+    let restored = tokio::task::block_in_place(|| {
+        run(
+            second.path(),
+            &["restore", archive, "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_eq!(restored.code, Some(0), "{}", restored.stderr);
+    assert_eq!(
+        std::fs::read_to_string(second.path().join("workspace/notes/plan.md")).unwrap(),
+        "keep me"
+    );
+    let again = tokio::task::block_in_place(|| {
+        run(
+            second.path(),
+            &["restore", archive, "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_eq!(again.code, Some(1), "a store that is not empty is refused");
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+
+    let journalled = conversations_journalled(&second.path().join("ferroclaw.db")).await;
+    assert!(
+        !journalled.is_empty() && journalled.len() < 200,
+        "the snapshot was taken mid-flow: {} journalled",
+        journalled.len()
+    );
+    let service = Service::start(&second, &env).await;
+    let hook = Hook::new(&service, SECRET);
+    for conversation in &journalled {
+        let number = conversation.trim_start_matches('c');
+        let reply = hook
+            .reply_containing(conversation, &format!("echo: hello {number}"))
+            .await;
+        assert!(!reply.is_empty());
+    }
+    for conversation in &journalled {
+        let replies = hook
+            .list(conversation, 0)
+            .await
+            .into_iter()
+            .filter(|m| m["kind"] == "reply")
+            .count();
+        assert_eq!(replies, 1, "{conversation} answered once");
+    }
+    let (status, body) = hook.send("new", None, "n1", "after the move", "").await;
+    assert_eq!(status, 202, "{body}");
+    hook.reply_containing("new", "echo: after the move").await;
+}
