@@ -154,7 +154,20 @@ impl App {
     /// Connect to and migrate the store `storage.url` names.
     pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         // A schema newer than this binary's: refused before anything opens it for writing.
-        storage::refuse_newer_schema(&config.storage.url).await?;
+        let state = storage::refuse_newer_schema(&config.storage.url).await?;
+        // An older one: a SQLite file is copied beside itself before it is migrated.
+        if let Some(storage::SchemaState {
+            applied: Some(applied),
+            known,
+        }) = state
+            && applied < known
+            && config.storage.url.starts_with("sqlite:")
+        {
+            let kept = crate::backup::before_migration(&config.storage.url, applied)
+                .await
+                .context("the database could not be backed up before its migration")?;
+            tracing::info!(backup = %kept.display(), from = applied, to = known, "database backed up before migrating it");
+        }
         let store = storage::connect(&config.storage.url)
             .await
             .context("cannot open the database named by storage.url")?;

@@ -156,6 +156,49 @@ fn write_archive(
     })
 }
 
+/// How many backups `serve` keeps beside a SQLite file it migrated.
+const KEEP_BEFORE_MIGRATION: usize = 3;
+
+/// Copy the SQLite database at `url` (schema at migration `applied`) beside itself before it
+/// is migrated (`<file>.before-migration-<applied>-<unix ms>`); keep the newest three.
+pub async fn before_migration(url: &str, applied: i64) -> anyhow::Result<PathBuf> {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let file = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
+        .get_filename()
+        .to_path_buf();
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!("{name}.before-migration-");
+    let copy = file.with_file_name(format!("{prefix}{applied}-{}", crate::clock::now_ms()));
+    let mut conn = sqlx::SqliteConnection::connect(url).await?;
+    sqlx::query("VACUUM INTO ?")
+        .bind(copy.to_string_lossy().to_string())
+        .execute(&mut conn)
+        .await?;
+    let _ = conn.close().await;
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut kept: Vec<(u128, PathBuf)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let stamp = n.strip_prefix(&prefix)?.rsplit('-').next()?.parse().ok()?;
+            Some((stamp, e.path()))
+        })
+        .collect();
+    kept.sort();
+    let extra = kept.len().saturating_sub(KEEP_BEFORE_MIGRATION);
+    for (_, old) in kept.into_iter().take(extra) {
+        let _ = std::fs::remove_file(old);
+    }
+    Ok(copy)
+}
+
 /// Restore `file` into the store and workspaces `loaded` names, which must be empty unless
 /// `force` (then they are replaced).
 pub async fn restore(loaded: &LoadedConfig, file: &Path, force: bool) -> anyhow::Result<Summary> {

@@ -75,8 +75,8 @@ fn main() -> ExitCode {
                 }
                 return Ok(());
             }
-            let store = ferroclaw::storage::connect(url).await?;
-            store.migrate().await?;
+            // As `serve` does: an older SQLite file is backed up beside itself first.
+            ferroclaw::app::App::open_store(&loaded.config).await?;
             println!("migrations applied");
             Ok(())
         }),

@@ -34,9 +34,9 @@ pub struct SchemaTooNew {
 }
 
 /// Refuses a database whose schema is newer than this binary's, reading it without
-/// changing anything (a database that cannot be read is left to the connection that
-/// follows, which says why).
-pub async fn refuse_newer_schema(url: &str) -> Result<(), SchemaTooNew> {
+/// changing anything; else where its schema stands (None: no database or none readable yet
+/// — the connection that follows says why).
+pub async fn refuse_newer_schema(url: &str) -> Result<Option<SchemaState>, SchemaTooNew> {
     match schema_state(url).await {
         Ok(Some(SchemaState {
             applied: Some(applied),
@@ -46,7 +46,8 @@ pub async fn refuse_newer_schema(url: &str) -> Result<(), SchemaTooNew> {
             known,
             binary: env!("CARGO_PKG_VERSION"),
         }),
-        _ => Ok(()),
+        Ok(state) => Ok(state),
+        Err(_) => Ok(None),
     }
 }
 
