@@ -31,9 +31,8 @@ pub struct Summary {
     pub files: usize,
 }
 
-/// The SQLite file `storage.url` names (Err for PostgreSQL, not built yet).
-fn sqlite_file(loaded: &LoadedConfig) -> anyhow::Result<PathBuf> {
-    let url = &loaded.config.storage.url;
+/// The file a `sqlite:` URL names (Err for PostgreSQL: not built yet).
+fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
     if !url.starts_with("sqlite:") {
         bail!(
             "backup and restore cover SQLite stores so far; for PostgreSQL use pg_dump (storage.url)"
@@ -61,7 +60,7 @@ fn workspaces(loaded: &LoadedConfig) -> Vec<String> {
 
 /// Write a backup of the running (or stopped) service to `file`.
 pub async fn backup(loaded: &LoadedConfig, file: &Path) -> anyhow::Result<Summary> {
-    let database = sqlite_file(loaded)?;
+    let database = sqlite_file(&loaded.config.storage.url)?;
     if !database.exists() {
         bail!("there is no database at {} to back up", database.display());
     }
@@ -163,10 +162,7 @@ const KEEP_BEFORE_MIGRATION: usize = 3;
 /// is migrated (`<file>.before-migration-<applied>-<unix ms>`); keep the newest three.
 pub async fn before_migration(url: &str, applied: i64) -> anyhow::Result<PathBuf> {
     use sqlx::Connection;
-    use std::str::FromStr;
-    let file = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
-        .get_filename()
-        .to_path_buf();
+    let file = sqlite_file(url)?;
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -202,7 +198,7 @@ pub async fn before_migration(url: &str, applied: i64) -> anyhow::Result<PathBuf
 /// Restore `file` into the store and workspaces `loaded` names, which must be empty unless
 /// `force` (then they are replaced).
 pub async fn restore(loaded: &LoadedConfig, file: &Path, force: bool) -> anyhow::Result<Summary> {
-    let database = sqlite_file(loaded)?;
+    let database = sqlite_file(&loaded.config.storage.url)?;
     let roots = workspaces(loaded);
     let occupied = database.exists()
         || roots

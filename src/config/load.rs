@@ -66,15 +66,10 @@ pub struct Secrets {
 }
 
 impl Secrets {
-    /// Every secret value that is set (to keep them out of what is shown or sent).
+    /// Every secret value that is set (to keep them out of what is shown or sent): each
+    /// value read, whichever key named its variable.
     pub fn all(&self) -> Vec<SecretString> {
-        let mut all: Vec<SecretString> = self.provider_keys.values().flatten().cloned().collect();
-        all.extend(self.channels.values().cloned());
-        all.extend(self.admin_token.iter().cloned());
-        all.extend(self.transcription_key.iter().cloned());
-        all.extend(self.api_token.iter().cloned());
-        all.extend(self.mcp.values().cloned());
-        all
+        self.by_variable.values().cloned().collect()
     }
 
     /// The secret named by config key `key` (see `ChannelsConfig::secret_refs`).

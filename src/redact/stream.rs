@@ -6,6 +6,7 @@
 
 use super::{Redactor, Sink};
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Mutex;
 
 /// At most this many replies are followed at once; beyond it the oldest half is forgotten
@@ -42,18 +43,21 @@ impl Streams {
             let cut = ages[ages.len() / 2];
             held.retain(|_, h| h.touched > cut);
         }
-        let key_of_empty = key.clone();
-        let entry = held.entry(key).or_insert(Held {
-            tail: String::new(),
-            touched: clock,
-        });
+        let mut slot = match held.entry(key) {
+            Entry::Occupied(slot) => slot,
+            Entry::Vacant(slot) => slot.insert_entry(Held {
+                tail: String::new(),
+                touched: clock,
+            }),
+        };
+        let entry = slot.get_mut();
         entry.touched = clock;
         entry.tail.push_str(delta);
         let scanned = redactor.redact(&entry.tail, Sink::Stream).into_owned();
         let end = redactor.safe_end(&scanned);
         entry.tail = scanned[end..].to_string();
         if entry.tail.is_empty() {
-            held.remove(&key_of_empty);
+            slot.remove();
         }
         let mut ready = scanned;
         ready.truncate(end);

@@ -292,11 +292,9 @@ impl ToolRegistry {
         self
     }
 
-    /// The run-time tools there are now (none without a source).
-    fn dynamic(&self) -> Arc<[Arc<DynamicTool>]> {
-        self.source
-            .as_ref()
-            .map_or_else(|| Arc::from(Vec::new()), |s| s.current())
+    /// The run-time tools there are now (None without a source).
+    fn dynamic(&self) -> Option<Arc<[Arc<DynamicTool>]>> {
+        self.source.as_ref().map(|s| s.current())
     }
 
     /// The argument validator of tool `index`, compiled on first use.
@@ -329,8 +327,7 @@ impl ToolRegistry {
             .filter(|(t, _)| keep(t.as_ref()))
             .map(|(_, spec)| spec.clone())
             .collect();
-        if self.source.is_some() {
-            let found = self.dynamic();
+        if let Some(found) = self.dynamic() {
             specs.extend(
                 found
                     .iter()
@@ -354,8 +351,8 @@ impl ToolRegistry {
     /// Every tool there is now: the built ones, then those found at run time.
     pub fn all(&self) -> Vec<Arc<dyn Tool>> {
         let mut all = self.tools.clone();
-        if self.source.is_some() {
-            all.extend(self.dynamic().iter().map(|d| d.tool.clone()));
+        if let Some(found) = self.dynamic() {
+            all.extend(found.iter().map(|d| d.tool.clone()));
         }
         all
     }
@@ -365,8 +362,7 @@ impl ToolRegistry {
         if let Some(tool) = self.tools.iter().find(|t| t.name() == name) {
             return Some(tool.clone());
         }
-        self.source.as_ref()?;
-        self.dynamic()
+        self.dynamic()?
             .iter()
             .find(|d| d.tool.name() == name)
             .map(|d| d.tool.clone())
@@ -408,6 +404,7 @@ impl ToolRegistry {
                     dynamic = self.dynamic();
                     dynamic
                         .iter()
+                        .flat_map(|found| found.iter())
                         .find(|d| *d.spec.name == *call.name)
                         .map(|d| (d.tool.clone(), &d.validator))
                 }

@@ -1,7 +1,8 @@
 //! `ferroclaw doctor`: each seeded misconfiguration in a table is found with its severity and
 //! key, a clean deployment has no findings, and the exit code is 1 only when one is HIGH.
 
-use crate::common::service::{config_with_llm, run};
+use crate::common::schema;
+use crate::common::service::{config_with_llm, folder_with, run};
 use std::os::unix::fs::PermissionsExt;
 
 /// The sandbox image CI builds (scripts/sandbox-image.sh).
@@ -163,17 +164,17 @@ fn each_seeded_misconfiguration_is_found_and_a_clean_deployment_passes() {
 #[tokio::test]
 async fn a_schema_behind_or_ahead_of_the_binary_is_reported_and_nothing_is_migrated() {
     use sqlx::Connection;
-    let dir = tempfile::tempdir().unwrap();
-    let config = config_with_llm(
-        "http://127.0.0.1:9/v1",
-        "[storage]\nurl = \"sqlite://ferro.db\"\n",
-    )
-    .replacen(
-        "model = \"standin/test-model\"",
-        "model = \"standin/test-model\"\nfallbacks = []",
-        1,
+    let dir = folder_with(
+        &config_with_llm(
+            "http://127.0.0.1:9/v1",
+            "[storage]\nurl = \"sqlite://ferro.db\"\n",
+        )
+        .replacen(
+            "model = \"standin/test-model\"",
+            "model = \"standin/test-model\"\nfallbacks = []",
+            1,
+        ),
     );
-    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
     std::fs::set_permissions(
         dir.path().join("config.toml"),
         std::fs::Permissions::from_mode(0o600),
@@ -198,15 +199,7 @@ async fn a_schema_behind_or_ahead_of_the_binary_is_reported_and_nothing_is_migra
 
     let url = format!("sqlite://{}", dir.path().join("ferro.db").display());
     let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    let newest: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-        .fetch_one(&mut db)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = ?")
-        .bind(newest)
-        .execute(&mut db)
-        .await
-        .unwrap();
+    let newest = schema::forget_newest(&mut db).await;
     let (code, out) = doctor();
     assert_eq!(code, Some(0), "{out}");
     assert!(
@@ -216,23 +209,17 @@ async fn a_schema_behind_or_ahead_of_the_binary_is_reported_and_nothing_is_migra
         )),
         "{out}"
     );
-    let still: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-        .fetch_one(&mut db)
-        .await
-        .unwrap();
-    assert_eq!(still, newest - 1, "doctor migrated nothing");
+    assert_eq!(
+        schema::newest(&mut db).await,
+        newest - 1,
+        "doctor migrated nothing"
+    );
 
-    sqlx::query(
-        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (99999, 'from the future', 1, x'00', 0)",
-    )
-    .execute(&mut db)
-    .await
-    .unwrap();
+    schema::record_a_future_migration(&mut db).await;
     let (code, out) = doctor();
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("HIGH storage.url:") && out.contains("99999"),
+        out.contains("HIGH storage.url:") && out.contains(&schema::FUTURE.to_string()),
         "{out}"
     );
 }

@@ -2,7 +2,8 @@
 //! `serve`, `chat` and `migrate` exit 2 with one line naming both versions and leaves every
 //! file as it was; `migrate --dry-run` lists what would be applied and applies nothing.
 
-use crate::common::service::{config_with_llm, run};
+use crate::common::schema;
+use crate::common::service::{config_with_llm, folder_with, run};
 use sqlx::Connection;
 use std::path::Path;
 
@@ -25,21 +26,12 @@ fn files(dir: &Path) -> Vec<(String, String)> {
     files
 }
 
-async fn newest(db: &mut sqlx::SqliteConnection) -> i64 {
-    sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
-        .fetch_one(db)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_newer_schema_is_refused_untouched_and_dry_run_lists_what_is_pending() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = config_with_llm(
+    let dir = folder_with(&config_with_llm(
         "http://127.0.0.1:9/v1",
         "[storage]\nurl = \"sqlite://ferro.db\"\n",
-    );
-    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+    ));
     let cli = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["-c", "config.toml"]);
@@ -52,12 +44,7 @@ async fn a_newer_schema_is_refused_untouched_and_dry_run_lists_what_is_pending()
 
     let url = format!("sqlite://{}", dir.path().join("ferro.db").display());
     let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    let known = newest(&mut db).await;
-    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = ?")
-        .bind(known)
-        .execute(&mut db)
-        .await
-        .unwrap();
+    let known = schema::forget_newest(&mut db).await;
     let dry = cli(&["migrate", "--dry-run"]);
     assert_eq!(dry.code, Some(0), "{}", dry.stderr);
     let line = dry.stdout.trim();
@@ -67,18 +54,12 @@ async fn a_newer_schema_is_refused_untouched_and_dry_run_lists_what_is_pending()
     );
     assert_eq!(line.lines().count(), 1, "{line}");
     assert_eq!(
-        newest(&mut db).await,
+        schema::newest(&mut db).await,
         known - 1,
         "a dry run applies nothing"
     );
 
-    sqlx::query(
-        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (99999, 'from the future', 1, x'00', 0)",
-    )
-    .execute(&mut db)
-    .await
-    .unwrap();
+    schema::record_a_future_migration(&mut db).await;
     db.close().await.unwrap();
     let before = files(dir.path());
     for command in [&["serve"][..], &["chat"], &["migrate"]] {
@@ -91,7 +72,7 @@ async fn a_newer_schema_is_refused_untouched_and_dry_run_lists_what_is_pending()
             .collect();
         assert_eq!(error.len(), 1, "{command:?}: {}", out.stderr);
         assert!(
-            error[0].contains("migration 99999")
+            error[0].contains(&format!("migration {}", schema::FUTURE))
                 && error[0].contains(&format!("migration {known}"))
                 && error[0].contains(env!("CARGO_PKG_VERSION")),
             "{command:?}: {}",
@@ -118,19 +99,17 @@ async fn one_migration_behind(path: &Path) -> i64 {
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
     migrator.run(&mut db).await.unwrap();
-    let applied = newest(&mut db).await;
+    let applied = schema::newest(&mut db).await;
     db.close().await.unwrap();
     applied
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_older_sqlite_file_is_backed_up_beside_itself_before_it_is_migrated() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = config_with_llm(
+    let dir = folder_with(&config_with_llm(
         "http://127.0.0.1:9/v1",
         "[storage]\nurl = \"sqlite://ferro.db\"\n",
-    );
-    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+    ));
     let backups = || {
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -166,11 +145,11 @@ async fn an_older_sqlite_file_is_backed_up_beside_itself_before_it_is_migrated()
         // The copy holds the schema as it was; the file itself moved on.
         let copy = format!("sqlite://{}", dir.path().join(newest_copy).display());
         let mut db = sqlx::SqliteConnection::connect(&copy).await.unwrap();
-        assert_eq!(newest(&mut db).await, applied);
+        assert_eq!(schema::newest(&mut db).await, applied);
         db.close().await.unwrap();
         let url = format!("sqlite://{}", dir.path().join("ferro.db").display());
         let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        assert_eq!(newest(&mut db).await, applied + 1);
+        assert_eq!(schema::newest(&mut db).await, applied + 1);
         db.close().await.unwrap();
         if round == 0 {
             first = kept[0].clone();

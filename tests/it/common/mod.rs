@@ -12,6 +12,7 @@ pub mod models;
 pub mod pg;
 pub mod python;
 pub mod receiver;
+pub mod schema;
 pub mod service;
 pub mod telegram;
 
