@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+mod memory_search;
+
 const SECRET: &str = "bench-secret";
 
 #[tokio::main]
@@ -40,6 +42,12 @@ async fn main() {
     // `--redact-only`: only the leak scan's cost per outbound message (section 0).
     if flag("--redact-only") {
         redact_cost();
+        return;
+    }
+    // `--memory-only`: memory search latency at a million memories (not in the full run:
+    // it writes a million rows first).
+    if flag("--memory-only") {
+        memory_search::run().await;
         return;
     }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
@@ -78,6 +86,10 @@ async fn main() {
         println!("with prices and caps: every call reserves and settles");
         "\n[prices.\"bench/m\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
          [budgets]\nuser_daily_usd = 1000000.0\nchat_daily_usd = 1000000.0\ntotal_daily_usd = 1000000.0\n"
+    } else if flag("--memory-off") {
+        // What recall costs a turn: the same run without memory.
+        println!("with memory off: no recall before turns");
+        "\n[memory]\nenabled = false\n"
     } else {
         ""
     };

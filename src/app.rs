@@ -57,7 +57,7 @@ pub fn known_for_check() -> crate::config::Known {
             None,
         ));
         let features = crate::features::build(&crate::features::Services {
-            store,
+            store: store.clone(),
             outbox: OutboxNotifier::new([]),
             approvals,
             egress: Arc::new(crate::egress::Guarded::new(false, "")),
@@ -71,6 +71,11 @@ pub fn known_for_check() -> crate::config::Known {
             skills: Arc::new(crate::skills::SkillLibrary::default()),
             teams: Arc::new(crate::teams::Teams::from_config(&config)),
             schedules: crate::schedules::ScheduleHandle::new(config.schedules.clone()),
+            memory: Arc::new(crate::memory::Memory::new(
+                store.clone(),
+                config.memory.clone(),
+                None,
+            )),
             config: config.clone(),
         })
         .expect("the built-in tools have distinct names");
@@ -269,6 +274,11 @@ impl App {
             skills: skills.clone(),
             teams: teams.clone(),
             schedules: schedules.clone(),
+            memory: Arc::new(crate::memory::Memory::new(
+                store.clone(),
+                config.memory.clone(),
+                crate::memory::Embedder::from_config(&config, &loaded.secrets),
+            )),
         })
         .map_err(|e| anyhow::anyhow!("tools: {e}"))?;
         let problems = crate::config::check_agent_tools(&config, &features.tools.names());

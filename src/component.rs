@@ -1,6 +1,7 @@
 //! A capability as the engine sees it: what it hands the engine (its tools, its chat
 //! commands, its lines in `/status`, a section of the system prompt) and what it does around
-//! a turn (put handles in for its tools, let go of a session's resources on `/new`).
+//! a turn (put handles in for its tools, recall what the message calls to mind, read what
+//! compaction drops, let go of a session's resources on `/new`).
 //!
 //! A feature lives in its own folder (its tools, its commands, its store trait) and
 //! implements [`Component`]; `crate::features` builds each one once from the config and the
@@ -43,6 +44,16 @@ pub struct TurnScope<'a> {
     pub reports_run: Option<&'a str>,
 }
 
+/// The turn whose compaction is about to drop history.
+pub struct CompactionScope<'a> {
+    pub session_key: &'a str,
+    pub route: &'a ChatRoute,
+    /// Who sent the message being answered (None for a subagent's step or a job).
+    pub sender: Option<&'a str>,
+    /// The last transcript entry dropped (with the session, the compaction's identity).
+    pub upto: i64,
+}
+
 /// A command's answer.
 pub type Reply = (OutboundKind, String);
 
@@ -75,6 +86,18 @@ pub trait Component: Send + Sync {
     fn prompt_section(&self, _persona: &Persona) -> Option<String> {
         None
     }
+    /// What it recalls for the message `text` of this turn: a section shown with the turn's
+    /// calls after the history (the prompt's changing part: the stable prefix stays cached).
+    async fn recall(&self, _turn: &TurnScope<'_>, _text: &str) -> Option<String> {
+        None
+    }
+    /// The instruction of one bounded model call that reads the history compaction is about
+    /// to drop (None: it does not need to).
+    fn before_compaction(&self) -> Option<&'static str> {
+        None
+    }
+    /// What that call answered.
+    async fn compacted(&self, _turn: &CompactionScope<'_>, _answer: &str) {}
     /// A session started fresh (`/new`): let go of what it held for it.
     async fn session_reset(&self, _session_key: &str) {}
 }

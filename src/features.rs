@@ -35,6 +35,8 @@ pub struct Services {
     pub schedules: ScheduleHandle,
     /// Tool calls waiting for a person (the ingress carries decisions to it).
     pub approvals: Arc<crate::approvals::Approvals>,
+    /// Long-term memory (its embedder, when one is configured, holds a provider key).
+    pub memory: Arc<crate::memory::Memory>,
 }
 
 /// The built features: their components, every tool (core and theirs) and the policy
@@ -69,6 +71,7 @@ pub fn build(services: &Services) -> Result<Features, String> {
             services.approvals.clone(),
         )),
         Arc::new(crate::mcp::McpComponent::new(services.mcp.clone())),
+        Arc::new(crate::memory::MemoryComponent::new(services.memory.clone())),
     ];
     // The rules around every call, in order: the first refusal wins.
     let prices = Arc::new(crate::usage::Prices::new(services.config.prices.clone()));
@@ -121,6 +124,7 @@ pub fn feature_commands() -> impl Iterator<Item = &'static CommandInfo> {
         crate::schedules::COMMANDS,
         crate::usage::COMMANDS,
         crate::approvals::COMMANDS,
+        crate::memory::COMMANDS,
     ]
     .into_iter()
     .flatten()

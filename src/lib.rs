@@ -29,6 +29,7 @@ pub mod ingress;
 pub mod lanes;
 pub mod mcp;
 pub mod media;
+pub mod memory;
 pub mod metrics;
 pub mod models;
 pub mod outbox;

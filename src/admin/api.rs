@@ -29,6 +29,11 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/admin/usage", get(super::usage::usage))
         .route("/v1/admin/approvals", get(super::approvals::approvals))
+        .route(
+            "/v1/admin/memory",
+            get(super::memory::export).delete(super::memory::erase),
+        )
+        .route("/v1/admin/memory/link", post(super::memory::link))
         .route("/v1/admin/skills", get(skills))
         .route("/v1/admin/mcp", get(mcp))
         .route("/v1/admin/pairing", get(pairing))

@@ -8,6 +8,7 @@
 
 mod api;
 mod approvals;
+mod memory;
 mod page;
 mod replies;
 mod usage;

@@ -306,6 +306,9 @@ fn validate(
     if !config.media.vision_model.is_empty() {
         check_model("media.vision_model", &config.media.vision_model);
     }
+    if !config.memory.embedding_model.is_empty() {
+        check_model("memory.embedding_model", &config.memory.embedding_model);
+    }
     for (id, agent) in &config.agents {
         if let Some(model) = &agent.model {
             check_model(&format!("agents.{id}.model"), model);

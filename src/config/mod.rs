@@ -11,6 +11,7 @@ mod cost;
 mod egress;
 mod load;
 mod mcp;
+mod memory;
 mod render;
 mod schema;
 
@@ -19,5 +20,6 @@ pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
 pub use egress::{EgressConfig, EgressMode, host_pattern};
 pub use load::{ConfigError, Known, LoadedConfig, Problem, Secrets, check_agent_tools, load};
 pub use mcp::{McpConfig, McpServerConfig, McpStart};
+pub use memory::MemoryConfig;
 pub use render::render_redacted;
 pub use schema::*;

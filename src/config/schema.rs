@@ -48,6 +48,7 @@ pub struct Config {
     pub approvals: super::approvals::ApprovalsConfig,
     pub egress: super::egress::EgressConfig,
     pub mcp: super::mcp::McpConfig,
+    pub memory: super::memory::MemoryConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -276,6 +277,7 @@ impl Default for Config {
             approvals: Default::default(),
             egress: Default::default(),
             mcp: Default::default(),
+            memory: Default::default(),
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::policy::{CallKind, CallScope};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::storage::{SessionRow, TranscriptEntry, TranscriptRole};
 
+/// The most of the dropped history one reading call is shown (its newest part).
+const MAX_READ_CHARS: usize = 24_000;
 /// Entries kept verbatim after a compaction (moved back to the nearest user message).
 const KEEP_RECENT: usize = 8;
 /// System prompt of summarisation calls (tests recognise them by it).
@@ -37,6 +39,7 @@ pub(super) async fn prepare(
     engine: &Engine,
     session: &mut SessionRow,
     turn: &[ChatMessage],
+    sender: Option<&str>,
 ) -> Result<Vec<ChatMessage>, TurnError> {
     let window = load_window(engine, session).await?;
     let history = context::history_messages(session.summary.as_deref(), &window);
@@ -48,16 +51,17 @@ pub(super) async fn prepare(
         return Ok(history);
     }
     tracing::info!(tokens, entries = window.len(), "compacting session history");
-    compact(engine, session, &window, KEEP_RECENT).await
+    compact(engine, session, &window, KEEP_RECENT, sender).await
 }
 
 /// Compact as far as possible (after the provider said the context is too long).
 pub(super) async fn force(
     engine: &Engine,
     session: &mut SessionRow,
+    sender: Option<&str>,
 ) -> Result<Vec<ChatMessage>, TurnError> {
     let window = load_window(engine, session).await?;
-    compact(engine, session, &window, 0).await
+    compact(engine, session, &window, 0, sender).await
 }
 
 fn budget(engine: &Engine) -> usize {
@@ -84,6 +88,7 @@ async fn compact(
     session: &mut SessionRow,
     window: &[TranscriptEntry],
     keep: usize,
+    sender: Option<&str>,
 ) -> Result<Vec<ChatMessage>, TurnError> {
     // Keep at most `keep` recent entries, and no more than half the budget of them; start the
     // kept part at a user message so no tool exchange is cut in two.
@@ -107,7 +112,12 @@ async fn compact(
         ));
     }
     let (old, recent) = window.split_at(split);
-    match summarise(engine, session, old).await {
+    // The features read what is dropped (memory keeps its facts) while it is summarised.
+    let (summary, ()) = tokio::join!(
+        summarise(engine, session, old),
+        read_before_dropping(engine, session, old, sender)
+    );
+    match summary {
         Some(summary) => {
             let upto = old.last().expect("split > 0").id;
             engine
@@ -125,6 +135,51 @@ async fn compact(
     ))
 }
 
+/// The dropped entries as one text (each cut at 2,000 characters).
+fn conversation(old: &[TranscriptEntry]) -> String {
+    let mut text = String::from("[Conversation]\n");
+    for entry in old {
+        let content: String = entry.content.chars().take(2000).collect();
+        text.push_str(&format!("{}: {content}\n", entry.role));
+    }
+    text
+}
+
+/// Ask, in one bounded call each, the components that read what compaction drops (when a
+/// person said something in it), and hand them the answers.
+async fn read_before_dropping(
+    engine: &Engine,
+    session: &SessionRow,
+    old: &[TranscriptEntry],
+    sender: Option<&str>,
+) {
+    if !old.iter().any(|e| e.role == TranscriptRole::User) {
+        return;
+    }
+    let Some(upto) = old.last().map(|e| e.id) else {
+        return;
+    };
+    let scope = crate::component::CompactionScope {
+        session_key: &session.key,
+        route: &session.route,
+        sender,
+        upto,
+    };
+    for component in &engine.components {
+        let Some(instruction) = component.before_compaction() else {
+            continue;
+        };
+        let mut text = conversation(old);
+        if text.len() > MAX_READ_CHARS {
+            let cut = text.floor_char_boundary(text.len() - MAX_READ_CHARS);
+            text.replace_range(..cut, "[…]\n");
+        }
+        if let Some(answer) = ask(engine, session, CallKind::MemoryFlush, instruction, text).await {
+            component.compacted(&scope, &answer).await;
+        }
+    }
+}
+
 async fn summarise(
     engine: &Engine,
     session: &SessionRow,
@@ -136,13 +191,20 @@ async fn summarise(
         text.push_str(previous);
         text.push_str("\n\n");
     }
-    text.push_str("[Conversation]\n");
-    for entry in old {
-        let content: String = entry.content.chars().take(2000).collect();
-        text.push_str(&format!("{}: {content}\n", entry.role));
-    }
+    text.push_str(&conversation(old));
+    ask(engine, session, CallKind::Compaction, SUMMARY_PROMPT, text).await
+}
+
+/// One call without tools on the session's model: its answer, or None (empty or failed).
+async fn ask(
+    engine: &Engine,
+    session: &SessionRow,
+    kind: CallKind,
+    instruction: &str,
+    text: String,
+) -> Option<String> {
     let request = ChatRequest {
-        system: SUMMARY_PROMPT.into(),
+        system: instruction.into(),
         messages: vec![ChatMessage::text(Role::User, text)],
         volatile: None,
         tools: std::sync::Arc::new([]),
@@ -150,7 +212,7 @@ async fn summarise(
     };
     let model = engine.session_model(session);
     let call = ModelCall {
-        kind: CallKind::Compaction,
+        kind,
         scope: CallScope {
             session_key: &session.key,
             agent: &engine.agents().of_session(&session.key).id,
@@ -165,7 +227,7 @@ async fn summarise(
         Ok((response, _)) if !response.content.trim().is_empty() => Some(response.content),
         Ok(_) => None,
         Err(err) => {
-            tracing::warn!(error = %err, "summarisation call failed");
+            tracing::warn!(error = %err, kind = kind.as_str(), "call about dropped history failed");
             None
         }
     }

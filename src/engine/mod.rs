@@ -167,6 +167,23 @@ pub struct EngineParts {
     pub transcriber: crate::media::Transcriber,
 }
 
+/// The turn as the components see it.
+fn turn_scope<'a>(
+    input: &TurnInput<'a>,
+    session: &'a SessionRow,
+    persona: &'a Persona,
+) -> TurnScope<'a> {
+    TurnScope {
+        session_key: &session.key,
+        route: input.route,
+        message_id: input.message_id,
+        persona,
+        sender: input.sender,
+        attachments: input.attachments.len(),
+        reports_run: input.reports_run,
+    }
+}
+
 impl Engine {
     pub fn new(parts: EngineParts) -> Self {
         let EngineParts {
@@ -486,6 +503,22 @@ impl Engine {
         )
     }
 
+    /// What the components recall for `text` in this turn (memories), as one section.
+    pub(super) async fn recall(
+        &self,
+        input: &TurnInput<'_>,
+        session: &SessionRow,
+        persona: &Persona,
+        text: &str,
+    ) -> Option<String> {
+        let turn = turn_scope(input, session, persona);
+        let mut sections = Vec::new();
+        for component in &self.components {
+            sections.extend(component.recall(&turn, text).await);
+        }
+        (!sections.is_empty()).then(|| sections.join("\n\n"))
+    }
+
     /// What tools may know of this turn: its identity, and the handles the features (and
     /// the session's plan tracker) put in for their tools.
     fn tool_context(
@@ -502,15 +535,7 @@ impl Engine {
         if self.sees_images(&persona.model) {
             handles.insert(crate::tools::ToolImages::default());
         }
-        let turn = TurnScope {
-            session_key: &session.key,
-            route: input.route,
-            message_id: input.message_id,
-            persona,
-            sender: input.sender,
-            attachments: input.attachments.len(),
-            reports_run: input.reports_run,
-        };
+        let turn = turn_scope(input, session, persona);
         for component in &self.components {
             component.prepare_turn(&turn, &mut handles);
         }

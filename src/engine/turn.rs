@@ -29,6 +29,15 @@ pub(super) fn entry_for(
     }
 }
 
+/// The changing part of a call's prompt: what was recalled, then the Active Plan.
+fn volatile(recalled: Option<&str>, plan: Option<String>) -> Option<String> {
+    match (recalled, plan) {
+        (Some(r), Some(p)) => Some(format!("{r}\n\n{p}")),
+        (Some(r), None) => Some(r.to_string()),
+        (None, plan) => plan,
+    }
+}
+
 impl Engine {
     /// The tool loop for `user_text`. `output` may already hold work of this turn (planning).
     #[allow(clippy::too_many_arguments)] // the turn's inputs, each used; a struct would only rename them
@@ -47,7 +56,7 @@ impl Engine {
         // Images of the message go to this turn's calls only (the transcript keeps the text).
         user.images = input.images.to_vec();
         let mut turn_messages = vec![user];
-        let mut history = compact::prepare(self, session, &turn_messages).await?;
+        let mut history = compact::prepare(self, session, &turn_messages, input.sender).await?;
         let kind = calls::turn_kind(input, persona);
         let tools = self.offered_tools(persona);
         let cx = self.tool_context(input, session, Some(tracker.clone()), persona);
@@ -56,6 +65,8 @@ impl Engine {
         let affinity: Arc<str> = session.key.as_str().into();
         let mut calls = 0;
         let system = self.system_prompt(persona, None);
+        // What the message calls to mind (memories), shown with every call of the turn.
+        let recalled = self.recall(input, session, persona, user_text).await;
         while calls < max {
             let mut messages = history.clone();
             messages.extend(turn_messages.iter().cloned());
@@ -64,7 +75,7 @@ impl Engine {
             let request = ChatRequest {
                 system: system.clone(),
                 messages,
-                volatile: tracker.section().await,
+                volatile: volatile(recalled.as_deref(), tracker.section().await),
                 tools: tools.clone(),
                 affinity: Some(affinity.clone()),
             };
@@ -81,7 +92,7 @@ impl Engine {
                 }) if !compacted_after_error => {
                     compacted_after_error = true;
                     tracing::info!("context too long; compacting and retrying once");
-                    history = compact::force(self, session).await?;
+                    history = compact::force(self, session, input.sender).await?;
                     continue;
                 }
                 Err(err) => {

@@ -26,6 +26,8 @@ pub enum CallKind {
     PlanStep,
     /// Summarising old history.
     Compaction,
+    /// Reading history compaction drops for facts worth remembering.
+    MemoryFlush,
     /// A vision model describing an image for a model that cannot see.
     VisionDescription,
 }
@@ -39,6 +41,7 @@ impl CallKind {
             CallKind::Planning => "planning",
             CallKind::PlanStep => "plan_step",
             CallKind::Compaction => "compaction",
+            CallKind::MemoryFlush => "memory_flush",
             CallKind::VisionDescription => "vision_description",
         }
     }

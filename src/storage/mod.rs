@@ -1,7 +1,7 @@
 //! Durable state: sessions, transcripts, the inbound journal and the outbox (SPEC section 11).
 //!
 //! [`Store`] (the sum of one trait per aggregate: journal, leases, sessions, transcripts,
-//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs, usage) is the only way
+//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs, usage, approvals, memories) is the only way
 //! the rest of ferroclaw touches the database. Each aggregate is one file holding its trait
 //! and its SQL, written once and expanded for the SQLite and the PostgreSQL store, so the two
 //! cannot drift apart; both pass one conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
@@ -13,6 +13,7 @@ mod effects;
 mod jobs;
 mod journal;
 mod leases;
+mod memories;
 mod outbox;
 mod outbox_reads;
 mod pairing;
@@ -40,6 +41,7 @@ pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::JournalStore;
 pub use leases::LeaseStore;
+pub use memories::{MemoryRow, MemoryStore, NewMemory, person_scope, scope_token};
 pub use outbox::OutboxStore;
 pub use outbox_reads::OutboxReads;
 pub use pairing::PairingStore;
@@ -98,6 +100,7 @@ pub trait Store:
     + ApprovalStore
     + ApprovalRuleStore
     + TaintStore
+    + MemoryStore
     + Send
     + Sync
 {

@@ -32,19 +32,6 @@ fn cfg(llm: &str, extra: &str) -> String {
     )
 }
 
-/// The text of the replies to one message sent and waited for.
-async fn ask(hook: &Hook, conversation: &str, id: &str, text: &str) -> String {
-    let (status, body) = hook.send(conversation, None, id, text, "?wait=30").await;
-    assert_eq!(status, 200, "{body}");
-    body["replies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     let llm = LlmStandIn::echo().await;
@@ -53,7 +40,7 @@ async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     let hook = Hook::new(&service, HOOK_SECRET);
     for i in 0..3 {
         assert_eq!(
-            ask(&hook, "c1", &format!("m{i}"), "hello").await,
+            hook.ask("c1", &format!("m{i}"), "hello").await,
             "echo: hello"
         );
     }
@@ -79,7 +66,7 @@ async fn usage_and_cost_match_the_reported_usage_and_prices_everywhere() {
     assert_eq!(by_kind["groups"][0]["key"], "user_turn");
 
     // `/usage` in the chat says the same (and is not itself a model call).
-    let usage = ask(&hook, "c1", "m3", "/usage").await;
+    let usage = hook.ask("c1", "m3", "/usage").await;
     assert!(
         usage.contains("You — today: 3 calls, 33 tokens in (0% from cache), 21 out, $0.0750"),
         "{usage}"
@@ -137,7 +124,7 @@ async fn a_call_over_the_daily_cap_is_not_made_and_the_person_is_told() {
     let work = Workdir::new(&cfg(&llm.url, "[budgets]\nuser_daily_usd = 0.01\n"));
     let service = Service::start(&work, ENV).await;
     let hook = Hook::new(&service, HOOK_SECRET);
-    let answer = ask(&hook, "c1", "m1", "hello").await;
+    let answer = hook.ask("c1", "m1", "hello").await;
     assert!(
         answer.contains("Your daily budget (budgets.user_daily_usd = $0.0100) is spent")
             && answer.contains("resets at 00:00 UTC"),
@@ -145,7 +132,7 @@ async fn a_call_over_the_daily_cap_is_not_made_and_the_person_is_told() {
     );
     assert_eq!(llm.count(), 0, "no model call was made");
     // Chat commands still answer.
-    let usage = ask(&hook, "c1", "m2", "/usage").await;
+    let usage = hook.ask("c1", "m2", "/usage").await;
     assert!(usage.contains("You — today: nothing yet"), "{usage}");
 }
 
@@ -172,7 +159,7 @@ async fn background_work_over_its_cap_stops_while_the_person_chats_on() {
     ));
     let service = Service::start(&work, ENV).await;
     let hook = Hook::new(&service, HOOK_SECRET);
-    ask(&hook, "c1", "m1", "research it").await;
+    hook.ask("c1", "m1", "research it").await;
     let announced = wait_for("the subagent's end", Duration::from_secs(30), || async {
         let texts: Vec<String> = hook
             .list("c1", 0)
@@ -194,7 +181,7 @@ async fn background_work_over_its_cap_stops_while_the_person_chats_on() {
         !llm.requests().iter().any(|r| r.last_user == "dig into it"),
         "the subagent's call was never made"
     );
-    let answer = ask(&hook, "c1", "m2", "still there?").await;
+    let answer = hook.ask("c1", "m2", "still there?").await;
     assert!(answer.contains("ok: still there?"), "{answer}");
 }
 
@@ -260,10 +247,10 @@ async fn an_over_rate_message_gets_one_line_and_stays_in_the_journal() {
     let work = Workdir::new(&cfg(&llm.url, "[limits]\nmessages_per_minute = 2\n"));
     let service = Service::start(&work, ENV).await;
     let hook = Hook::new(&service, HOOK_SECRET);
-    assert_eq!(ask(&hook, "c1", "m1", "one").await, "echo: one");
+    assert_eq!(hook.ask("c1", "m1", "one").await, "echo: one");
     // Another chat of the same person counts too.
-    assert_eq!(ask(&hook, "c2", "m2", "two").await, "echo: two");
-    let answer = ask(&hook, "c1", "m3", "three").await;
+    assert_eq!(hook.ask("c2", "m2", "two").await, "echo: two");
+    let answer = hook.ask("c1", "m3", "three").await;
     assert!(
         answer.starts_with(
             "⏳ You are writing faster than this bot answers (2 per minute); try again in"
@@ -272,7 +259,7 @@ async fn an_over_rate_message_gets_one_line_and_stays_in_the_journal() {
     );
     assert_eq!(llm.count(), 2);
     // Commands are not counted.
-    let status = ask(&hook, "c1", "m4", "/status").await;
+    let status = hook.ask("c1", "m4", "/status").await;
     assert!(status.contains("Spent today in this chat"), "{status}");
     service.terminate().await;
     let db = work.path().join("ferroclaw.db");
@@ -307,7 +294,7 @@ async fn twenty_turns_on_two_instances_stay_within_one_reservation_of_the_cap() 
     let hooks = [Hook::new(&a, HOOK_SECRET), Hook::new(&b, HOOK_SECRET)];
     let answers = futures::future::join_all((0..20).map(|i| {
         let hook = &hooks[i % 2];
-        async move { ask(hook, &format!("race-{i}"), &format!("m{i}"), "go").await }
+        async move { hook.ask(&format!("race-{i}"), &format!("m{i}"), "go").await }
     }))
     .await;
     let answered = answers.iter().filter(|a| a.as_str() == "ok").count();
@@ -378,7 +365,9 @@ async fn a_running_plan_keeps_the_cached_prefix() {
     let hook = Hook::new(&service, HOOK_SECRET);
     for turn in 1..=20 {
         // The plan card comes with the first answer; each answer ends with the reply.
-        let answer = ask(&hook, "c1", &format!("m{turn}"), &format!("turn {turn}")).await;
+        let answer = hook
+            .ask("c1", &format!("m{turn}"), &format!("turn {turn}"))
+            .await;
         assert!(answer.ends_with(&format!("ok {turn}")), "{answer}");
     }
     let requests = llm.requests();
@@ -414,7 +403,7 @@ async fn a_running_plan_keeps_the_cached_prefix() {
     // Measured: before 0.790, now 0.884 (uncached input 21.0% → 11.6%): every call whose
     // plan had just moved missed the whole history before.
     assert!(now > before + 0.05, "before {before:.3}, now {now:.3}");
-    let usage = ask(&hook, "c1", "m21", "/usage").await;
+    let usage = hook.ask("c1", "m21", "/usage").await;
     assert!(
         usage.contains(&format!("({:.0}% from cache)", now * 100.0)),
         "{usage}"
@@ -493,7 +482,7 @@ async fn a_call_stopped_mid_answer_gives_its_reservation_back() {
         || async { (held().await.abs() < 1e-9).then_some(()) },
     )
     .await;
-    assert_eq!(ask(&hook, "c1", "m3", "again").await, "ok");
+    assert_eq!(hook.ask("c1", "m3", "again").await, "ok");
     assert!(
         (held().await - 0.025).abs() < 1e-9,
         "only the answered call is spent"

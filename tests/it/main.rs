@@ -23,6 +23,7 @@ mod leaks;
 mod local_model;
 mod mcp;
 mod media;
+mod memory;
 mod message_path;
 mod openai_api;
 mod operability;

@@ -1,9 +1,9 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
 use ferroclaw::storage::{
-    BudgetHold, JournalInsert, JournalState, NewOutbound, NewTranscriptEntry, NewUsage,
+    BudgetHold, JournalInsert, JournalState, NewMemory, NewOutbound, NewTranscriptEntry, NewUsage,
     OutboxState, PairingState, PostgresStore, RunMode, RunRow, RunState, SqliteStore, Store,
-    StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
+    StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup, person_scope,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -961,6 +961,7 @@ async fn suite(store: Arc<dyn Store>) {
     usage_is_reported_and_caps_hold_under_a_race(store.clone()).await;
     rate_windows_count_and_say_when(&*store).await;
     approvals_open_once_decide_once_and_remember(&*store).await;
+    memories_keep_scopes_apart_and_link_people(&*store).await;
 }
 
 fn usage_row(day: &str, user: &str, chat: &str, model: &str, cost: f64) -> NewUsage {
@@ -1406,4 +1407,197 @@ async fn approvals_open_once_decide_once_and_remember(store: &dyn Store) {
             .unwrap()
     );
     assert!(store.approval_rules(None).await.unwrap().is_empty());
+}
+
+fn memory(scope: &str, text: &str, call_ref: Option<&str>) -> NewMemory {
+    NewMemory {
+        scope: scope.into(),
+        text: text.into(),
+        tags: String::new(),
+        created_at: 1_000,
+        session_key: None,
+        call_ref: call_ref.map(str::to_string),
+        embedding: None,
+    }
+}
+
+/// Memories are read only through the scopes asked for: search, the newest, forgetting;
+/// a save with a known `call_ref` is the same row; linking moves a person's memories and
+/// the identities linked to them; vectors come back as saved.
+async fn memories_keep_scopes_apart_and_link_people(store: &dyn Store) {
+    let ana = person_scope("telegram:7");
+    let ben = person_scope("telegram:8");
+    let group = "chat:telegram:-100".to_string();
+    let (a, new) = store
+        .memory_save(&memory(
+            &ana,
+            "Ana is allergic to peanuts",
+            Some("j1/memory_save:x:1"),
+        ))
+        .await
+        .unwrap();
+    assert!(new);
+    let again = store
+        .memory_save(&memory(
+            &ana,
+            "Ana is allergic to peanuts",
+            Some("j1/memory_save:x:1"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again, (a, false), "a redone save is the same row");
+    store
+        .memory_save(&memory(&ben, "Ben also likes peanuts and tractors", None))
+        .await
+        .unwrap();
+    let (g, _) = store
+        .memory_save(&memory(&group, "The group meets on peanuts Friday", None))
+        .await
+        .unwrap();
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let found = store
+        .memory_search(std::slice::from_ref(&ana), &words(&["peanuts"]), 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "only Ana's scope: {found:?}");
+    assert_eq!(found[0].0.id, a);
+    assert!(found[0].1 > 0.0);
+    let both = store
+        .memory_search(
+            &[ana.clone(), group.clone()],
+            &words(&["peanuts", "friday"]),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[0].0.id, g, "two words matched rank first");
+    assert!(
+        store
+            .memory_search(std::slice::from_ref(&ana), &words(&["tractors"]), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another person's words are not found"
+    );
+    assert!(
+        store
+            .memory_search(&[], &words(&["peanuts"]), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let recent = store
+        .memory_recent(std::slice::from_ref(&ben), 10)
+        .await
+        .unwrap();
+    assert_eq!(recent.len(), 1);
+
+    // Forgetting needs the memory's own scope.
+    assert!(
+        !store
+            .memory_forget(std::slice::from_ref(&ben), a)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .memory_forget(&[ana.clone(), group.clone()], g)
+            .await
+            .unwrap()
+    );
+
+    // Linking: discord:70 claims Ana's code and shares her memories; its own move to her.
+    store
+        .memory_save(&memory(
+            &person_scope("discord:70"),
+            "Ana's discord name is ana_b",
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.memory_person("discord:70").await.unwrap(),
+        "discord:70"
+    );
+    store
+        .memory_link_offer("telegram:7", "12345678", 10_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .memory_link_claim("12345678", "discord:70", 20_000)
+            .await
+            .unwrap(),
+        None,
+        "an expired code links nothing"
+    );
+    store
+        .memory_link_offer("telegram:7", "12345679", i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .memory_link_claim("12345679", "discord:70", 20_000)
+            .await
+            .unwrap(),
+        Some("telegram:7".into())
+    );
+    assert_eq!(
+        store
+            .memory_link_claim("12345679", "discord:71", 20_000)
+            .await
+            .unwrap(),
+        None,
+        "a code is used once"
+    );
+    assert_eq!(
+        store.memory_person("discord:70").await.unwrap(),
+        "telegram:7"
+    );
+    let hers = store
+        .memory_recent(std::slice::from_ref(&ana), 10)
+        .await
+        .unwrap();
+    assert_eq!(hers.len(), 2, "{hers:?}");
+    let moved = store
+        .memory_search(std::slice::from_ref(&ana), &words(&["discord"]), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        moved.len(),
+        1,
+        "a moved memory is found under its new scope"
+    );
+    // An operator links a third identity to one already linked: it joins the same person.
+    assert_eq!(
+        store
+            .memory_link("slack:U9", "discord:70", 30_000)
+            .await
+            .unwrap(),
+        "telegram:7"
+    );
+
+    // Vectors as saved, only of the model asked for.
+    let mut with_vector = memory(&ben, "Ben's car is red", None);
+    with_vector.embedding = Some((vec![0.25, -0.5, 1.0], "p/embed".into()));
+    store.memory_save(&with_vector).await.unwrap();
+    let vectors = store
+        .memory_vectors(std::slice::from_ref(&ben), "p/embed", 10)
+        .await
+        .unwrap();
+    assert_eq!(vectors.len(), 1);
+    assert_eq!(
+        vectors[0].embedding.as_deref(),
+        Some(&[0.25, -0.5, 1.0][..])
+    );
+    assert!(
+        store
+            .memory_vectors(std::slice::from_ref(&ben), "other/model", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.memory_forget_scope(&ben).await.unwrap(), 2);
 }

@@ -78,6 +78,20 @@ impl Hook {
         .await
     }
 
+    /// Send one message, wait (up to 30 s) for its turn, and return its replies' text,
+    /// joined by newlines.
+    pub async fn ask(&self, conversation: &str, id: &str, text: &str) -> String {
+        let (status, body) = self.send(conversation, None, id, text, "?wait=30").await;
+        assert_eq!(status, 200, "{body}");
+        body["replies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     pub async fn list(&self, conversation: &str, after: i64) -> Vec<Value> {
         let v: Value = self
             .client

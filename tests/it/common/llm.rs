@@ -128,6 +128,8 @@ struct Inner {
     script: Box<Script>,
     key_rule: Option<Box<KeyRule>>,
     requests: Mutex<Vec<Recorded>>,
+    /// Texts the embeddings endpoint was asked for, in order.
+    embedded: Mutex<Vec<String>>,
     piece: usize,
     /// Report cached prompt tokens (OpenAI protocol) for the longest byte-identical prefix a
     /// request shares with an earlier one, as a provider's prompt cache would.
@@ -141,6 +143,7 @@ impl Inner {
             script,
             key_rule: None,
             requests: Mutex::new(Vec::new()),
+            embedded: Mutex::new(Vec::new()),
             piece,
             prompt_cache: false,
         }
@@ -208,6 +211,7 @@ impl LlmStandIn {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -226,6 +230,11 @@ impl LlmStandIn {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Texts the embeddings endpoint was asked for.
+    pub fn embedded(&self) -> Vec<String> {
+        self.state.embedded.lock().unwrap().clone()
     }
 
     pub fn count(&self) -> usize {
@@ -325,6 +334,64 @@ pub fn last_user(body: &Value) -> String {
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_string()
+}
+
+/// The concepts the embeddings stand-in knows: each word's dimension and weight. Texts that
+/// mean the same share dimensions whatever their words, as a real model's vectors would:
+/// "animal" and "cat" are one concept; "home" only leans towards the house one.
+const CONCEPTS: &[(&str, usize, f32)] = &[
+    ("cat", 0, 1.0),
+    ("cats", 0, 1.0),
+    ("kitten", 0, 1.0),
+    ("animal", 0, 1.0),
+    ("pet", 0, 1.0),
+    ("dog", 0, 1.0),
+    ("home", 1, 0.3),
+    ("house", 1, 0.3),
+    ("insurance", 2, 1.0),
+    ("renewal", 2, 1.0),
+    ("bill", 2, 1.0),
+    ("allergic", 3, 1.0),
+    ("peanuts", 3, 1.0),
+];
+
+/// A stand-in embedding: the weights of the concepts `text` mentions, and a small constant.
+pub fn concept_vector(text: &str) -> Vec<f32> {
+    let mut v = vec![0.0f32; 5];
+    v[4] = 0.01;
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        let word = word.to_lowercase();
+        for (w, dim, weight) in CONCEPTS {
+            if *w == word {
+                v[*dim] += weight;
+            }
+        }
+    }
+    v
+}
+
+/// `POST /v1/embeddings` (OpenAI protocol): one concept vector per input, with its index.
+async fn embeddings(State(state): State<Arc<Inner>>, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => return (StatusCode::BAD_REQUEST, "input is missing").into_response(),
+    };
+    state
+        .embedded
+        .lock()
+        .unwrap()
+        .extend(inputs.iter().cloned());
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": concept_vector(t)}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data, "model": body["model"]})).into_response()
 }
 
 async fn openai(

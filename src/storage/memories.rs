@@ -1,0 +1,413 @@
+//! Long-term memories, their scopes and the links between one person's identities (SPEC
+//! section 20).
+//!
+//! Every read names the scopes it may see (`person:<channel>:<user>`, `chat:<channel>:<chat>`):
+//! there is no method that reads memories without them. Full-text search narrows to the
+//! scopes inside the index (each row's `scope_token`, one word, is indexed with its text) and
+//! checks the scope column again. The trait and its SQL, written once for both dialects by
+//! the macro below; the full-text query is the one place they differ (SQLite FTS5 with
+//! `bm25`, PostgreSQL `tsvector` with `ts_rank`). Knows rows; not who may see which scope.
+
+use super::*;
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+/// A memory to save.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMemory {
+    pub scope: String,
+    pub text: String,
+    /// Space-separated words.
+    pub tags: String,
+    pub created_at: i64,
+    /// The session it was said in.
+    pub session_key: Option<String>,
+    /// The save's identity across attempts of its turn (a redone turn's save is this row).
+    pub call_ref: Option<String>,
+    /// Its vector and the model that made it.
+    pub embedding: Option<(Vec<f32>, String)>,
+}
+
+/// A stored memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryRow {
+    pub id: i64,
+    pub scope: String,
+    pub text: String,
+    pub tags: String,
+    pub created_at: i64,
+    /// Present when read for vector search.
+    pub embedding: Option<Vec<f32>>,
+}
+
+/// The one word under which a scope's rows are indexed with their text.
+pub fn scope_token(scope: &str) -> String {
+    let digest = Sha256::digest(scope.as_bytes());
+    format!("s{}", hex::encode(&digest[..8]))
+}
+
+/// The scope of a person's memories.
+pub fn person_scope(person: &str) -> String {
+    format!("person:{person}")
+}
+
+/// A vector as stored (little-endian f32s).
+fn vector_bytes(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn vector_of(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// The person identity `member` (`<channel>:<user id>`) belongs to: itself unless linked.
+    async fn memory_person(&self, member: &str) -> StoreResult<String>;
+    /// Save a memory; a save with a `call_ref` already saved is that row. `(id, saved now)`.
+    async fn memory_save(&self, memory: &NewMemory) -> StoreResult<(i64, bool)>;
+    /// The best `limit` rows of `scopes` matching any of `terms` (plain words), with their
+    /// text rank (higher is better).
+    async fn memory_search(
+        &self,
+        scopes: &[String],
+        terms: &[String],
+        limit: i64,
+    ) -> StoreResult<Vec<(MemoryRow, f64)>>;
+    /// The newest `limit` rows of `scopes` with a vector of `model`, vectors included.
+    async fn memory_vectors(
+        &self,
+        scopes: &[String],
+        model: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<MemoryRow>>;
+    /// The newest rows of `scopes`, newest first.
+    async fn memory_recent(&self, scopes: &[String], limit: i64) -> StoreResult<Vec<MemoryRow>>;
+    /// Forget memory `id` if it is in one of `scopes`.
+    async fn memory_forget(&self, scopes: &[String], id: i64) -> StoreResult<bool>;
+    /// Forget every memory of `scope`; how many there were.
+    async fn memory_forget_scope(&self, scope: &str) -> StoreResult<u64>;
+    /// Offer `code` (valid until `expires_at`) for linking another identity to `member`'s
+    /// person; replaces the member's earlier code.
+    async fn memory_link_offer(&self, member: &str, code: &str, expires_at: i64)
+    -> StoreResult<()>;
+    /// Link `member` to the person who offered `code` (used once, before it expires): its
+    /// memories and the identities linked to it join that person. The person, or None.
+    async fn memory_link_claim(
+        &self,
+        code: &str,
+        member: &str,
+        now_ms: i64,
+    ) -> StoreResult<Option<String>>;
+    /// Link `member` to `other`'s person directly (an operator's command).
+    async fn memory_link(&self, member: &str, other: &str, now_ms: i64) -> StoreResult<String>;
+}
+
+/// `scope IN (...)` over bound values.
+macro_rules! push_scopes {
+    ($query:expr, $column:literal, $scopes:expr) => {{
+        $query.push(concat!($column, " IN ("));
+        let mut list = $query.separated(", ");
+        for scope in $scopes {
+            list.push_bind(scope.clone());
+        }
+        list.push_unseparated(")");
+    }};
+}
+
+macro_rules! sql {
+    ($store:ty, $db:ty, $search:path) => {
+        #[async_trait::async_trait]
+        impl $crate::storage::MemoryStore for $store {
+            async fn memory_person(&self, member: &str) -> StoreResult<String> {
+                let person: Option<String> =
+                    sqlx::query_scalar("SELECT person FROM memory_links WHERE member = $1")
+                        .bind(member)
+                        .fetch_optional(&self.read)
+                        .await?;
+                Ok(person.unwrap_or_else(|| member.to_string()))
+            }
+
+            async fn memory_save(&self, m: &NewMemory) -> StoreResult<(i64, bool)> {
+                let (vector, model) = match &m.embedding {
+                    Some((v, model)) => (Some(vector_bytes(v)), Some(model.as_str())),
+                    None => (None, None),
+                };
+                let saved: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO memories (scope, scope_token, text, tags, created_at, session_key, call_ref, embedding, embedding_model) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (call_ref) DO NOTHING RETURNING id",
+                )
+                .bind(&m.scope)
+                .bind(scope_token(&m.scope))
+                .bind(&m.text)
+                .bind(&m.tags)
+                .bind(m.created_at)
+                .bind(&m.session_key)
+                .bind(&m.call_ref)
+                .bind(vector)
+                .bind(model)
+                .fetch_optional(&self.write)
+                .await?;
+                if let Some(id) = saved {
+                    return Ok((id, true));
+                }
+                let id: i64 = sqlx::query_scalar("SELECT id FROM memories WHERE call_ref = $1")
+                    .bind(&m.call_ref)
+                    .fetch_one(&self.write)
+                    .await?;
+                Ok((id, false))
+            }
+
+            async fn memory_search(&self, scopes: &[String], terms: &[String], limit: i64) -> StoreResult<Vec<(MemoryRow, f64)>> {
+                if scopes.is_empty() || terms.is_empty() {
+                    return Ok(Vec::new());
+                }
+                $search(&self.read, scopes, terms, limit).await
+            }
+
+            async fn memory_vectors(&self, scopes: &[String], model: &str, limit: i64) -> StoreResult<Vec<MemoryRow>> {
+                if scopes.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, scope, text, tags, created_at, embedding FROM memories WHERE embedding_model = ",
+                );
+                query.push_bind(model.to_string());
+                query.push(" AND ");
+                push_scopes!(query, "scope", scopes);
+                query.push(" ORDER BY id DESC LIMIT ");
+                query.push_bind(limit);
+                let rows: Vec<(i64, String, String, String, i64, Option<Vec<u8>>)> =
+                    query.build_query_as().fetch_all(&self.read).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, scope, text, tags, created_at, embedding)| MemoryRow {
+                        id, scope, text, tags, created_at,
+                        embedding: embedding.as_deref().map(vector_of),
+                    })
+                    .collect())
+            }
+
+            async fn memory_recent(&self, scopes: &[String], limit: i64) -> StoreResult<Vec<MemoryRow>> {
+                if scopes.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, scope, text, tags, created_at FROM memories WHERE ",
+                );
+                push_scopes!(query, "scope", scopes);
+                query.push(" ORDER BY id DESC LIMIT ");
+                query.push_bind(limit);
+                let rows: Vec<(i64, String, String, String, i64)> =
+                    query.build_query_as().fetch_all(&self.read).await?;
+                Ok(rows.into_iter().map(row).collect())
+            }
+
+            async fn memory_forget(&self, scopes: &[String], id: i64) -> StoreResult<bool> {
+                if scopes.is_empty() {
+                    return Ok(false);
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM memories WHERE id = ");
+                query.push_bind(id);
+                query.push(" AND ");
+                push_scopes!(query, "scope", scopes);
+                Ok(query.build().execute(&self.write).await?.rows_affected() > 0)
+            }
+
+            async fn memory_forget_scope(&self, scope: &str) -> StoreResult<u64> {
+                Ok(sqlx::query("DELETE FROM memories WHERE scope = $1")
+                    .bind(scope)
+                    .execute(&self.write)
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn memory_link_offer(&self, member: &str, code: &str, expires_at: i64) -> StoreResult<()> {
+                let mut tx = self.write.begin().await?;
+                sqlx::query("DELETE FROM memory_link_codes WHERE member = $1 OR expires_at < $2")
+                    .bind(member)
+                    .bind($crate::clock::now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("INSERT INTO memory_link_codes (code, member, expires_at) VALUES ($1, $2, $3)")
+                    .bind(code)
+                    .bind(member)
+                    .bind(expires_at)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn memory_link_claim(&self, code: &str, member: &str, now_ms: i64) -> StoreResult<Option<String>> {
+                let mut tx = self.write.begin().await?;
+                let owner: Option<String> = sqlx::query_scalar(
+                    "DELETE FROM memory_link_codes WHERE code = $1 AND expires_at > $2 RETURNING member",
+                )
+                .bind(code)
+                .bind(now_ms)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(owner) = owner else {
+                    return Ok(None);
+                };
+                let person = join_person!(tx, &owner, member, now_ms);
+                tx.commit().await?;
+                Ok(Some(person))
+            }
+
+            async fn memory_link(&self, member: &str, other: &str, now_ms: i64) -> StoreResult<String> {
+                let mut tx = self.write.begin().await?;
+                let person = join_person!(tx, other, member, now_ms);
+                tx.commit().await?;
+                Ok(person)
+            }
+        }
+    };
+}
+
+/// In transaction `$tx`: `member` (and whoever was linked to it) joins `owner`'s person,
+/// memories included. Evaluates to the person.
+macro_rules! join_person {
+    ($tx:ident, $owner:expr, $member:expr, $now:expr) => {{
+        let person_of = "SELECT person FROM memory_links WHERE member = $1";
+        let person: String = sqlx::query_scalar(person_of)
+            .bind($owner)
+            .fetch_optional(&mut *$tx)
+            .await?
+            .unwrap_or_else(|| $owner.to_string());
+        let old: String = sqlx::query_scalar(person_of)
+            .bind($member)
+            .fetch_optional(&mut *$tx)
+            .await?
+            .unwrap_or_else(|| $member.to_string());
+        if old != person {
+            sqlx::query("UPDATE memory_links SET person = $1 WHERE person = $2")
+                .bind(&person)
+                .bind(&old)
+                .execute(&mut *$tx)
+                .await?;
+            for linked in [$member, old.as_str()] {
+                if linked != person {
+                    sqlx::query(
+                        "INSERT INTO memory_links (member, person, linked_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (member) DO UPDATE SET person = excluded.person, linked_at = excluded.linked_at",
+                    )
+                    .bind(linked)
+                    .bind(&person)
+                    .bind($now)
+                    .execute(&mut *$tx)
+                    .await?;
+                }
+            }
+            let (from, to) = (person_scope(&old), person_scope(&person));
+            sqlx::query("UPDATE memories SET scope = $1, scope_token = $2 WHERE scope = $3")
+                .bind(&to)
+                .bind(scope_token(&to))
+                .bind(&from)
+                .execute(&mut *$tx)
+                .await?;
+        }
+        person
+    }};
+}
+
+fn row((id, scope, text, tags, created_at): (i64, String, String, String, i64)) -> MemoryRow {
+    MemoryRow {
+        id,
+        scope,
+        text,
+        tags,
+        created_at,
+        embedding: None,
+    }
+}
+
+sql!(super::SqliteStore, sqlx::Sqlite, search_fts5);
+sql!(super::PostgresStore, sqlx::Postgres, search_tsvector);
+
+/// SQLite: one FTS5 query narrowed to the scopes' tokens, ranked by `bm25` (text counts
+/// fully, tags half, the scope token not at all).
+async fn search_fts5(
+    read: &sqlx::Pool<sqlx::Sqlite>,
+    scopes: &[String],
+    terms: &[String],
+    limit: i64,
+) -> StoreResult<Vec<(MemoryRow, f64)>> {
+    let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
+    let words: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
+    let matching = format!(
+        "scope_token : ({}) AND {{text tags}} : ({})",
+        tokens.join(" OR "),
+        words.join(" OR ")
+    );
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "SELECT m.id, m.scope, m.text, m.tags, m.created_at, bm25(memories_fts, 1.0, 0.5, 0.0) AS r \
+         FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ",
+    );
+    query.push_bind(matching);
+    query.push(" AND ");
+    push_scopes!(query, "m.scope", scopes);
+    query.push(" ORDER BY r LIMIT ");
+    query.push_bind(limit);
+    let rows: Vec<(i64, String, String, String, i64, f64)> =
+        query.build_query_as().fetch_all(read).await?;
+    // bm25 is negative, lower is better.
+    Ok(rows
+        .into_iter()
+        .map(|(id, scope, text, tags, created_at, rank)| {
+            (row((id, scope, text, tags, created_at)), -rank)
+        })
+        .collect())
+}
+
+/// PostgreSQL: one `tsvector` query narrowed to the scopes' tokens (the GIN index answers
+/// both), ranked by `ts_rank`.
+async fn search_tsvector(
+    read: &sqlx::Pool<sqlx::Postgres>,
+    scopes: &[String],
+    terms: &[String],
+    limit: i64,
+) -> StoreResult<Vec<(MemoryRow, f64)>> {
+    let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
+    let matching = format!("({}) & ({})", tokens.join(" | "), terms.join(" | "));
+    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "SELECT m.id, m.scope, m.text, m.tags, m.created_at, CAST(ts_rank(m.tsv, q) AS DOUBLE PRECISION) AS r \
+         FROM memories AS m, to_tsquery('simple', ",
+    );
+    query.push_bind(matching);
+    query.push(") AS q WHERE m.tsv @@ q AND ");
+    push_scopes!(query, "m.scope", scopes);
+    query.push(" ORDER BY r DESC, m.id DESC LIMIT ");
+    query.push_bind(limit);
+    let rows: Vec<(i64, String, String, String, i64, f64)> =
+        query.build_query_as().fetch_all(read).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, scope, text, tags, created_at, rank)| {
+            (row((id, scope, text, tags, created_at)), rank)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vector_survives_its_stored_form() {
+        let v = vec![0.5, -1.25, 3.0e-5];
+        assert_eq!(vector_of(&vector_bytes(&v)), v);
+    }
+
+    #[test]
+    fn each_scope_has_its_own_one_word_token() {
+        let a = scope_token("person:telegram:1");
+        assert_ne!(a, scope_token("person:telegram:11"));
+        assert_eq!(a.len(), 17);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+}
