@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 
 const TOTAL: usize = 1_000_000;
 const IN_SCOPE: usize = 100_000;
-/// Memories of each other person.
-const PER_OTHER: usize = 100;
 const QUERIES: usize = 400;
 const VOCABULARY: usize = 20_000;
 
@@ -67,12 +65,14 @@ pub async fn run() {
     measure("PostgreSQL", store).await;
 }
 
-/// Who owns the i-th memory: the first `IN_SCOPE` are the searched person's.
+/// Who owns the i-th memory: every tenth is the searched person's (their memories spread
+/// over the store's life, as a regular's are), the rest belong to 9,000 others.
 fn scope_of(i: usize) -> String {
-    if i < IN_SCOPE {
+    let every = TOTAL / IN_SCOPE;
+    if i.is_multiple_of(every) {
         person_scope("telegram:1")
     } else {
-        person_scope(&format!("telegram:{}", 2 + (i - IN_SCOPE) / PER_OTHER))
+        person_scope(&format!("telegram:{}", 2 + (i % 9_000)))
     }
 }
 

@@ -17,7 +17,8 @@ pub fn build_enabled(
     let mut built = Vec::new();
     built.extend(webhook(loaded)?);
     built.extend(telegram(loaded, previews.clone())?);
-    built.extend(discord(loaded, previews)?);
+    built.extend(discord(loaded, previews.clone())?);
+    built.extend(slack(loaded, previews)?);
     built.extend(openai(loaded));
     Ok(built)
 }
@@ -92,6 +93,20 @@ fn discord(
     let cx = ferroclaw_channel_discord::Context {
         token: token(loaded, ChannelsConfig::DISCORD_TOKEN)?,
         commands: crate::features::chat_commands(),
+        previews: Some(previews),
+    };
+    Ok(Some(cfg.build(cx)?))
+}
+
+fn slack(loaded: &LoadedConfig, previews: Arc<dyn PreviewLedger>) -> anyhow::Result<Option<Built>> {
+    let cfg = &loaded.config.channels.slack;
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let cx = ferroclaw_channel_slack::Context {
+        bot_token: token(loaded, ChannelsConfig::SLACK_BOT_TOKEN)?,
+        app_token: loaded.secrets.channel(ChannelsConfig::SLACK_APP_TOKEN),
+        signing_secret: loaded.secrets.channel(ChannelsConfig::SLACK_SIGNING_SECRET),
         previews: Some(previews),
     };
     Ok(Some(cfg.build(cx)?))

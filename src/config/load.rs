@@ -564,6 +564,9 @@ fn channel_names(config: &Config) -> Vec<String> {
     if config.channels.discord.enabled {
         names.push("discord".into());
     }
+    if config.channels.slack.enabled {
+        names.push("slack".into());
+    }
     names.extend(
         config
             .channels

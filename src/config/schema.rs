@@ -596,6 +596,7 @@ impl Default for ToolsConfig {
 pub struct ChannelsConfig {
     pub telegram: TelegramConfig,
     pub discord: DiscordConfig,
+    pub slack: SlackConfig,
     pub webhook: BTreeMap<String, WebhookConfig>,
 }
 
@@ -611,6 +612,10 @@ impl ChannelsConfig {
     pub const TELEGRAM_TOKEN: &'static str = "channels.telegram.token_env";
     /// The config key naming the Discord token's variable.
     pub const DISCORD_TOKEN: &'static str = "channels.discord.token_env";
+    /// The config keys naming Slack's bot token, app-level token and signing secret.
+    pub const SLACK_BOT_TOKEN: &'static str = "channels.slack.bot_token_env";
+    pub const SLACK_APP_TOKEN: &'static str = "channels.slack.app_token_env";
+    pub const SLACK_SIGNING_SECRET: &'static str = "channels.slack.signing_secret_env";
 
     /// The config key naming webhook `name`'s secret variable.
     pub fn webhook_secret(name: &str) -> String {
@@ -632,6 +637,16 @@ impl ChannelsConfig {
         if self.discord.enabled {
             need(Self::DISCORD_TOKEN.into(), &self.discord.token_env);
         }
+        if self.slack.enabled {
+            need(Self::SLACK_BOT_TOKEN.into(), &self.slack.bot_token_env);
+            match self.slack.mode {
+                SlackMode::Socket => need(Self::SLACK_APP_TOKEN.into(), &self.slack.app_token_env),
+                SlackMode::Events => need(
+                    Self::SLACK_SIGNING_SECRET.into(),
+                    &self.slack.signing_secret_env,
+                ),
+            }
+        }
         for (name, hook) in &self.webhook {
             need(Self::webhook_secret(name), &hook.secret_env);
         }
@@ -644,4 +659,5 @@ pub use ferroclaw_channel_core::AccessMode;
 pub use ferroclaw_channel_telegram::{Config as TelegramConfig, ModeConfig as TelegramMode};
 
 pub use ferroclaw_channel_discord::Config as DiscordConfig;
+pub use ferroclaw_channel_slack::{Config as SlackConfig, Mode as SlackMode};
 pub use ferroclaw_channel_webhook::EndpointConfig as WebhookConfig;

@@ -27,8 +27,6 @@ use std::sync::Arc;
 
 /// The longest memory kept (characters).
 pub const MAX_TEXT_CHARS: usize = 1_000;
-/// Rows a search reads before ranking.
-const CANDIDATES: i64 = 50;
 /// Rows with vectors compared with a query, newest first (cosine in process).
 const VECTOR_ROWS: i64 = 2_000;
 
@@ -173,10 +171,12 @@ impl Memory {
         k: usize,
     ) -> Result<Vec<MemoryRow>, String> {
         let words = terms(query);
-        let text = self.store.memory_search(scopes, &words, CANDIDATES);
+        let hits = self
+            .store
+            .memory_search(scopes, &words, rank::PER_TERM as i64);
         let vectors = self.neighbours(scopes, query);
-        let (text, vectors) = tokio::join!(text, vectors);
-        let text = text.map_err(store)?;
+        let (hits, vectors) = tokio::join!(hits, vectors);
+        let text = rank::text_matches(&words, hits.map_err(store)?, rank::PER_TERM);
         Ok(rank::fuse(text, vectors, crate::clock::now_ms(), k))
     }
 

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 /// The most words one search looks for.
 const MAX_TERMS: usize = 16;
+/// How many rows of each word a search reads (the newest).
+pub const PER_TERM: usize = 64;
 /// A vector neighbour less similar than this is not a match (unrelated texts of common
 /// embedding models score 0.0–0.3).
 pub const MIN_SIMILARITY: f32 = 0.3;
@@ -42,6 +44,58 @@ pub fn terms(text: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// Text matches ranked: `hits` are (term index, row) as the store found them, at most
+/// `per_term` of each term (the newest). A term's weight falls with how many rows hold it
+/// (one found `per_term` times counts as common); a row scores the weights of the query's
+/// words it holds, however it was found.
+pub fn text_matches(
+    words: &[String],
+    hits: Vec<(usize, MemoryRow)>,
+    per_term: usize,
+) -> Vec<(MemoryRow, f64)> {
+    let mut found = vec![0usize; words.len()];
+    for (term, _) in &hits {
+        found[*term] += 1;
+    }
+    let common = 4 * per_term;
+    let weight: Vec<f64> = found
+        .iter()
+        .map(|&n| {
+            let df = if n >= per_term { common } else { n.max(1) };
+            (1.0 + common as f64 / df as f64).ln()
+        })
+        .collect();
+    let mut rows: HashMap<i64, (MemoryRow, Vec<bool>)> = HashMap::new();
+    for (term, row) in hits {
+        rows.entry(row.id)
+            .or_insert_with(|| (row, vec![false; words.len()]))
+            .1[term] = true;
+    }
+    rows.into_values()
+        .map(|(row, mut has)| {
+            let own = words_of(&format!("{} {}", row.text, row.tags));
+            for (i, word) in words.iter().enumerate() {
+                has[i] |= own.contains(word);
+            }
+            let score = has
+                .iter()
+                .zip(&weight)
+                .filter(|(h, _)| **h)
+                .map(|(_, w)| w)
+                .sum();
+            (row, score)
+        })
+        .collect()
+}
+
+/// Every word of `text`, lower case.
+fn words_of(text: &str) -> std::collections::HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
 }
 
 /// Cosine similarity (0 when either vector is empty or they differ in length).
@@ -119,6 +173,31 @@ mod tests {
             created_at,
             embedding: None,
         }
+    }
+
+    #[test]
+    fn a_rare_word_outweighs_a_common_one() {
+        let words = vec!["common".to_string(), "rare".to_string()];
+        let mut hits: Vec<(usize, MemoryRow)> = (0..PER_TERM as i64)
+            .map(|i| {
+                (
+                    0,
+                    MemoryRow {
+                        text: format!("common {i}"),
+                        ..row(100 + i, 0)
+                    },
+                )
+            })
+            .collect();
+        hits.push((
+            1,
+            MemoryRow {
+                text: "a rare thing".into(),
+                ..row(1, 0)
+            },
+        ));
+        let ranked = fuse(text_matches(&words, hits, PER_TERM), Vec::new(), 0, 3);
+        assert_eq!(ranked[0].id, 1);
     }
 
     #[test]

@@ -64,19 +64,19 @@ fn vector_of(bytes: &[u8]) -> Vec<f32> {
 }
 
 #[async_trait]
-pub trait MemoryStore: Send + Sync {
-    /// The person identity `member` (`<channel>:<user id>`) belongs to: itself unless linked.
-    async fn memory_person(&self, member: &str) -> StoreResult<String>;
+pub trait MemoryStore: MemoryLinkStore + Send + Sync {
     /// Save a memory; a save with a `call_ref` already saved is that row. `(id, saved now)`.
     async fn memory_save(&self, memory: &NewMemory) -> StoreResult<(i64, bool)>;
-    /// The best `limit` rows of `scopes` matching any of `terms` (plain words), with their
-    /// text rank (higher is better).
+    /// For each of `terms` (plain words), the newest rows of `scopes` holding it (at most
+    /// `per_term` of each scope), as (index of the term, row): a row holding two terms may
+    /// come twice. Bounded work
+    /// however common a word is; ranking is the caller's.
     async fn memory_search(
         &self,
         scopes: &[String],
         terms: &[String],
-        limit: i64,
-    ) -> StoreResult<Vec<(MemoryRow, f64)>>;
+        per_term: i64,
+    ) -> StoreResult<Vec<(usize, MemoryRow)>>;
     /// The newest `limit` rows of `scopes` with a vector of `model`, vectors included.
     async fn memory_vectors(
         &self,
@@ -90,6 +90,13 @@ pub trait MemoryStore: Send + Sync {
     async fn memory_forget(&self, scopes: &[String], id: i64) -> StoreResult<bool>;
     /// Forget every memory of `scope`; how many there were.
     async fn memory_forget_scope(&self, scope: &str) -> StoreResult<u64>;
+}
+
+/// One person's identities across channels (`/link`, the admin API).
+#[async_trait]
+pub trait MemoryLinkStore: Send + Sync {
+    /// The person identity `member` (`<channel>:<user id>`) belongs to: itself unless linked.
+    async fn memory_person(&self, member: &str) -> StoreResult<String>;
     /// Offer `code` (valid until `expires_at`) for linking another identity to `member`'s
     /// person; replaces the member's earlier code.
     async fn memory_link_offer(&self, member: &str, code: &str, expires_at: i64)
@@ -122,15 +129,6 @@ macro_rules! sql {
     ($store:ty, $db:ty, $search:path) => {
         #[async_trait::async_trait]
         impl $crate::storage::MemoryStore for $store {
-            async fn memory_person(&self, member: &str) -> StoreResult<String> {
-                let person: Option<String> =
-                    sqlx::query_scalar("SELECT person FROM memory_links WHERE member = $1")
-                        .bind(member)
-                        .fetch_optional(&self.read)
-                        .await?;
-                Ok(person.unwrap_or_else(|| member.to_string()))
-            }
-
             async fn memory_save(&self, m: &NewMemory) -> StoreResult<(i64, bool)> {
                 let (vector, model) = match &m.embedding {
                     Some((v, model)) => (Some(vector_bytes(v)), Some(model.as_str())),
@@ -161,11 +159,25 @@ macro_rules! sql {
                 Ok((id, false))
             }
 
-            async fn memory_search(&self, scopes: &[String], terms: &[String], limit: i64) -> StoreResult<Vec<(MemoryRow, f64)>> {
+            async fn memory_search(&self, scopes: &[String], terms: &[String], per_term: i64) -> StoreResult<Vec<(usize, MemoryRow)>> {
                 if scopes.is_empty() || terms.is_empty() {
                     return Ok(Vec::new());
                 }
-                $search(&self.read, scopes, terms, limit).await
+                let mut query = sqlx::QueryBuilder::<$db>::new("");
+                for (i, term) in terms.iter().enumerate() {
+                    if i > 0 {
+                        query.push(" UNION ALL ");
+                    }
+                    $search(&mut query, i, scopes, term, per_term);
+                }
+                let rows: Vec<(i64, i64, String, String, String, i64)> =
+                    query.build_query_as().fetch_all(&self.read).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(term, id, scope, text, tags, created_at)| {
+                        (term as usize, row((id, scope, text, tags, created_at)))
+                    })
+                    .collect())
             }
 
             async fn memory_vectors(&self, scopes: &[String], model: &str, limit: i64) -> StoreResult<Vec<MemoryRow>> {
@@ -223,6 +235,24 @@ macro_rules! sql {
                     .execute(&self.write)
                     .await?
                     .rows_affected())
+            }
+
+        }
+    };
+}
+
+/// The person links of both dialects.
+macro_rules! links {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::storage::MemoryLinkStore for $store {
+            async fn memory_person(&self, member: &str) -> StoreResult<String> {
+                let person: Option<String> =
+                    sqlx::query_scalar("SELECT person FROM memory_links WHERE member = $1")
+                        .bind(member)
+                        .fetch_optional(&self.read)
+                        .await?;
+                Ok(person.unwrap_or_else(|| member.to_string()))
             }
 
             async fn memory_link_offer(&self, member: &str, code: &str, expires_at: i64) -> StoreResult<()> {
@@ -328,69 +358,66 @@ fn row((id, scope, text, tags, created_at): (i64, String, String, String, i64)) 
 
 sql!(super::SqliteStore, sqlx::Sqlite, search_fts5);
 sql!(super::PostgresStore, sqlx::Postgres, search_tsvector);
+links!(super::SqliteStore);
+links!(super::PostgresStore);
 
-/// SQLite: one FTS5 query narrowed to the scopes' tokens, ranked by `bm25` (text counts
-/// fully, tags half, the scope token not at all).
-async fn search_fts5(
-    read: &sqlx::Pool<sqlx::Sqlite>,
+/// SQLite, one term: the FTS5 index narrowed to the scopes' tokens and read newest first
+/// (FTS5 walks its doclists backwards and stops at the limit), then the rows, their scope
+/// checked again.
+fn search_fts5(
+    query: &mut sqlx::QueryBuilder<'_, sqlx::Sqlite>,
+    index: usize,
     scopes: &[String],
-    terms: &[String],
-    limit: i64,
-) -> StoreResult<Vec<(MemoryRow, f64)>> {
+    term: &str,
+    per_term: i64,
+) {
     let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
-    let words: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
     let matching = format!(
-        "scope_token : ({}) AND {{text tags}} : ({})",
-        tokens.join(" OR "),
-        words.join(" OR ")
+        "scope_token : ({}) AND {{text tags}} : \"{term}\"",
+        tokens.join(" OR ")
     );
-    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "SELECT m.id, m.scope, m.text, m.tags, m.created_at, bm25(memories_fts, 1.0, 0.5, 0.0) AS r \
-         FROM memories_fts JOIN memories AS m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ",
-    );
+    query.push(format!(
+        "SELECT * FROM (SELECT {index}, m.id, m.scope, m.text, m.tags, m.created_at FROM memories AS m \
+         WHERE m.id IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH "
+    ));
     query.push_bind(matching);
-    query.push(" AND ");
+    query.push(" ORDER BY rowid DESC LIMIT ");
+    query.push_bind(per_term);
+    query.push(") AND ");
     push_scopes!(query, "m.scope", scopes);
-    query.push(" ORDER BY r LIMIT ");
-    query.push_bind(limit);
-    let rows: Vec<(i64, String, String, String, i64, f64)> =
-        query.build_query_as().fetch_all(read).await?;
-    // bm25 is negative, lower is better.
-    Ok(rows
-        .into_iter()
-        .map(|(id, scope, text, tags, created_at, rank)| {
-            (row((id, scope, text, tags, created_at)), -rank)
-        })
-        .collect())
+    query.push(" ORDER BY m.id DESC)");
 }
 
-/// PostgreSQL: one `tsvector` query narrowed to the scopes' tokens (the GIN index answers
-/// both), ranked by `ts_rank`.
-async fn search_tsvector(
-    read: &sqlx::Pool<sqlx::Postgres>,
+/// PostgreSQL, one term: a query per scope, each newest first along `(scope, id)` or
+/// through the GIN index (scope token and word in one `tsquery`), whichever the planner
+/// finds cheaper for how common the word is; one scope's old rows are never reached by
+/// walking everyone's newer ones.
+fn search_tsvector(
+    query: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
+    index: usize,
     scopes: &[String],
-    terms: &[String],
-    limit: i64,
-) -> StoreResult<Vec<(MemoryRow, f64)>> {
-    let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
-    let matching = format!("({}) & ({})", tokens.join(" | "), terms.join(" | "));
-    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-        "SELECT m.id, m.scope, m.text, m.tags, m.created_at, CAST(ts_rank(m.tsv, q) AS DOUBLE PRECISION) AS r \
-         FROM memories AS m, to_tsquery('simple', ",
-    );
-    query.push_bind(matching);
-    query.push(") AS q WHERE m.tsv @@ q AND ");
-    push_scopes!(query, "m.scope", scopes);
-    query.push(" ORDER BY r DESC, m.id DESC LIMIT ");
-    query.push_bind(limit);
-    let rows: Vec<(i64, String, String, String, i64, f64)> =
-        query.build_query_as().fetch_all(read).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, scope, text, tags, created_at, rank)| {
-            (row((id, scope, text, tags, created_at)), rank)
-        })
-        .collect())
+    term: &str,
+    per_term: i64,
+) {
+    for (i, scope) in scopes.iter().enumerate() {
+        if i > 0 {
+            query.push(" UNION ALL ");
+        }
+        query.push(format!(
+            "(SELECT CAST({index} AS BIGINT), m.id, m.scope, m.text, m.tags, m.created_at FROM memories AS m \
+             WHERE m.scope >= "
+        ));
+        // A range, not `=`: with equality the planner may walk the primary key backwards
+        // through everyone's newer rows to reach an old scope's; `(scope, id)` it must use.
+        query.push_bind(scope.clone());
+        query.push(" AND m.scope <= ");
+        query.push_bind(scope.clone());
+        query.push(" AND m.tsv @@ to_tsquery('simple', ");
+        query.push_bind(format!("{} & {term}", scope_token(scope)));
+        query.push(") ORDER BY m.scope DESC, m.id DESC LIMIT ");
+        query.push_bind(per_term);
+        query.push(")");
+    }
 }
 
 #[cfg(test)]

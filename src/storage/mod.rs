@@ -41,7 +41,7 @@ pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::JournalStore;
 pub use leases::LeaseStore;
-pub use memories::{MemoryRow, MemoryStore, NewMemory, person_scope, scope_token};
+pub use memories::{MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token};
 pub use outbox::OutboxStore;
 pub use outbox_reads::OutboxReads;
 pub use pairing::PairingStore;

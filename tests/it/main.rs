@@ -33,6 +33,7 @@ mod providers;
 mod sandbox;
 mod scale_out;
 mod schedules;
+mod slack;
 mod sqlite_schema;
 mod standard_webhooks;
 mod store_conformance;

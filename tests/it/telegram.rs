@@ -3,7 +3,7 @@
 //! retry_after, the HTML fallback, access modes with the pairing CLI, webhook mode, and the
 //! crash test.
 
-use crate::common::llm::{Behaviour, LlmStandIn, last_user};
+use crate::common::llm::{Behaviour, LlmStandIn, last_user, one_step_plan};
 use crate::common::service::{Service, Workdir, config_with_llm, run};
 use crate::common::telegram::{TOKEN, TelegramStandIn, dm, group, texts_settle};
 use crate::common::wait_for;
@@ -511,18 +511,7 @@ async fn a_reply_streaming_when_the_process_is_killed_ends_as_one_message() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plan_card_is_edited_in_place_in_the_topic() {
-    let llm = LlmStandIn::start(|body, _| {
-        let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
-        let results = body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").count();
-        if system.contains("## Planning") {
-            Behaviour::reply(r#"{"goal":"Greet","steps":[{"action":"Say hi","expected_outcome":"hi said"}]}"#)
-        } else if results == 0 {
-            Behaviour::tool("plan", serde_json::json!({"action": "update", "step": 1, "status": "done", "actual": "said hi"}))
-        } else {
-            Behaviour::reply("all done")
-        }
-    })
-    .await;
+    let llm = LlmStandIn::start(one_step_plan()).await;
     let tg = TelegramStandIn::start().await;
     let work = Workdir::new(&config(
         &llm.url,

@@ -268,6 +268,26 @@ pub fn calls_from_the_message() -> impl Fn(&Value, usize) -> Behaviour {
     }
 }
 
+/// A model that plans "Greet" in one step ("Say hi"), marks it done with the `plan` tool,
+/// then answers "all done".
+pub fn one_step_plan() -> impl Fn(&Value, usize) -> Behaviour {
+    |body, _| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+        if system.contains("## Planning") {
+            Behaviour::reply(
+                r#"{"goal":"Greet","steps":[{"action":"Say hi","expected_outcome":"hi said"}]}"#,
+            )
+        } else if tool_results(body).is_empty() {
+            Behaviour::tool(
+                "plan",
+                json!({"action": "update", "step": 1, "status": "done", "actual": "said hi"}),
+            )
+        } else {
+            Behaviour::reply("all done")
+        }
+    }
+}
+
 pub fn tool_results(body: &Value) -> Vec<String> {
     tool_results_from(body, 0)
 }

@@ -14,6 +14,7 @@ pub mod python;
 pub mod receiver;
 pub mod schema;
 pub mod service;
+pub mod slack;
 pub mod telegram;
 
 use std::time::{Duration, Instant};
