@@ -89,6 +89,15 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Print the channel table of a running service (its state, the age of the last
+    /// receive): `GET /v1/admin/channels` with the admin token from the environment
+    Status {
+        /// The service's base URL (default: http://<server.listen>)
+        #[arg(long)]
+        url: Option<String>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Restore a backup into an empty store and workspace
     Restore {
         file: std::path::PathBuf,

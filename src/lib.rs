@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod alerts;
 pub mod app;
 pub mod approvals;
 pub mod backup;
@@ -24,6 +25,7 @@ pub mod egress;
 pub mod engine;
 pub mod exec;
 pub mod features;
+pub mod health;
 pub mod http;
 pub mod ingress;
 pub mod lanes;

@@ -123,6 +123,11 @@ fn main() -> ExitCode {
             );
             Ok(())
         }),
+        Command::Status { url, config } => with_config(&config, |loaded| async move {
+            let url = url.unwrap_or_else(|| format!("http://{}", loaded.config.server.listen));
+            print!("{}", ferroclaw::health::status_table(&loaded, &url).await?);
+            Ok(())
+        }),
         Command::Doctor(arg) => match load(&arg) {
             Ok(loaded) => {
                 let mut findings = ferroclaw::doctor::examine(&loaded);

@@ -166,3 +166,17 @@ pub fn lane_depth(delta: f64) {
 pub fn outbox_backlog(channel: &str, count: i64) {
     gauge!("ferroclaw_outbox_backlog", "channel" => channel.to_string()).set(count as f64);
 }
+
+/// A channel's health: up (1, also when degraded) or down (0), and how long since its last
+/// completed receive (channels that track one).
+pub fn channel_health(channel: &str, up: bool, last_receive_age_secs: Option<u64>) {
+    gauge!("ferroclaw_channel_up", "channel" => channel.to_string()).set(if up {
+        1.0
+    } else {
+        0.0
+    });
+    if let Some(age) = last_receive_age_secs {
+        gauge!("ferroclaw_channel_last_receive_age_seconds", "channel" => channel.to_string())
+            .set(age as f64);
+    }
+}

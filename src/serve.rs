@@ -66,16 +66,6 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .collect();
     let app = App::with_store(loaded, store, channels, access)?;
 
-    let admin = loaded.secrets.admin_token.clone().map(|token| {
-        crate::admin::Admin::new(
-            app.store.clone(),
-            app.lanes.clone(),
-            app.subagents.clone(),
-            app.skills.clone(),
-            app.mcp.clone(),
-            token,
-        )
-    });
     // Ends long polls, event streams and channel tasks once a stop is asked for.
     let stopping = CancellationToken::new();
     let channel_tasks = TaskTracker::new();
@@ -89,10 +79,35 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
         .filter(|b| b.receiver.exclusive())
         .flat_map(|b| b.channels.iter().map(|c| c.name().to_string()))
         .collect();
-    let readiness = crate::server::Readiness {
-        role: role.clone(),
-        led,
-    };
+    let states = crate::health::ChannelStates::new(
+        app.channels.clone(),
+        crate::health::Readiness {
+            role: role.clone(),
+            led,
+        },
+    );
+    let admin = loaded.secrets.admin_token.clone().map(|token| {
+        crate::admin::Admin::new(
+            app.store.clone(),
+            app.lanes.clone(),
+            app.subagents.clone(),
+            app.skills.clone(),
+            app.mcp.clone(),
+            states.clone(),
+            token,
+        )
+    });
+    // Operator alerts: the leader watches the channels' health and tells (SPEC section 21).
+    if config.alerts.any_target() {
+        let alerts = crate::alerts::Alerts {
+            config: config.alerts.clone(),
+            states: states.clone(),
+            store: app.store.clone(),
+            outbox: app.outbox.clone(),
+            webhook_secret: loaded.secrets.alerts_webhook.clone(),
+        };
+        channel_tasks.spawn(alerts.run(role.clone(), stopping.clone()));
+    }
     // Beyond loopback the metrics are the operator's too: behind the admin token.
     let metrics_token = (!is_loopback(&config.server.listen))
         .then(|| loaded.secrets.admin_token.clone())
@@ -100,7 +115,7 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let mut router = crate::server::router(
         app.store.clone(),
         app.channels.clone(),
-        readiness,
+        states.clone(),
         metrics_token,
     )
     .merge(crate::admin::router(admin));

@@ -36,9 +36,15 @@ pub(super) fn routes() -> Router<Admin> {
         .route("/v1/admin/memory/link", post(super::memory::link))
         .route("/v1/admin/skills", get(skills))
         .route("/v1/admin/mcp", get(mcp))
+        .route("/v1/admin/channels", get(channels))
         .route("/v1/admin/pairing", get(pairing))
         .route("/v1/admin/pairing/approve/{code}", post(approve))
         .route("/v1/admin/pairing/revoke/{user}", post(revoke))
+}
+
+/// `GET /v1/admin/channels`: each channel's state and figures (SPEC section 21).
+async fn channels(State(admin): State<Admin>) -> Json<Value> {
+    Json(json!({"channels": admin.channels.json()}))
 }
 
 #[derive(serde::Deserialize)]

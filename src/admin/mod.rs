@@ -32,6 +32,8 @@ pub struct Admin {
     pub subagents: Arc<Registry>,
     pub skills: Arc<crate::skills::SkillLibrary>,
     pub mcp: Arc<crate::mcp::McpServers>,
+    /// Every channel's health (the channel table).
+    pub channels: crate::health::ChannelStates,
     token: Arc<SecretString>,
 }
 
@@ -42,6 +44,7 @@ impl Admin {
         subagents: Arc<Registry>,
         skills: Arc<crate::skills::SkillLibrary>,
         mcp: Arc<crate::mcp::McpServers>,
+        channels: crate::health::ChannelStates,
         token: SecretString,
     ) -> Self {
         Admin {
@@ -50,6 +53,7 @@ impl Admin {
             subagents,
             skills,
             mcp,
+            channels,
             token: Arc::new(token),
         }
     }

@@ -55,6 +55,8 @@ pub struct Secrets {
     pub admin_token: Option<SecretString>,
     /// The transcription service's key (`transcription.api_key_env`).
     pub transcription_key: Option<SecretString>,
+    /// The alert webhook's signing secret (`alerts.webhook_secret_env`).
+    pub alerts_webhook: Option<SecretString>,
     /// The OpenAI-compatible endpoint's bearer token (`api.token_env`); None: not served.
     pub api_token: Option<SecretString>,
     /// MCP servers' secrets by the key naming their variable
@@ -282,6 +284,12 @@ fn validate(
         );
     }
 
+    for (key, message) in config.alerts.problems() {
+        problem(&key, message);
+    }
+    if config.alerts.channel_down_secs == 0 {
+        problem("alerts.channel_down_secs", "must be at least 1".into());
+    }
     let mut check_model = |key: &str, model: &str| match model.split_once('/') {
         Some((provider, id)) if !id.is_empty() => {
             if !config.providers.contains_key(provider) {
@@ -526,6 +534,18 @@ fn validate(
     }
     if !config.transcription.api_key_env.is_empty() {
         secrets.transcription_key = secret(&config.transcription.api_key_env);
+    }
+    if !config.alerts.webhook_secret_env.is_empty() {
+        secrets.alerts_webhook = secret(&config.alerts.webhook_secret_env);
+        if secrets.alerts_webhook.is_none() {
+            problem(
+                "alerts.webhook_secret_env",
+                format!(
+                    "environment variable {} is not set",
+                    config.alerts.webhook_secret_env
+                ),
+            );
+        }
     }
     for (key, var) in config.mcp.secret_vars() {
         match secret(&var) {

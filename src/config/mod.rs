@@ -5,6 +5,7 @@
 //! variable holding the secret; values are wrapped in [`secrecy::SecretString`]) and the
 //! redacted rendering printed by `config check`. It does not start anything.
 
+mod alerts;
 mod approvals;
 mod bounds;
 mod cost;
@@ -15,6 +16,7 @@ mod memory;
 mod render;
 mod schema;
 
+pub use alerts::AlertsConfig;
 pub use approvals::{ApprovalsConfig, ApprovalsOverride};
 pub use cost::{BudgetsConfig, LimitsConfig, PriceConfig};
 pub use egress::{EgressConfig, EgressMode, host_pattern};

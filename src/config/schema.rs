@@ -49,6 +49,7 @@ pub struct Config {
     pub egress: super::egress::EgressConfig,
     pub mcp: super::mcp::McpConfig,
     pub memory: super::memory::MemoryConfig,
+    pub alerts: super::alerts::AlertsConfig,
 }
 
 /// `[media]`: files that come with messages.
@@ -278,6 +279,7 @@ impl Default for Config {
             egress: Default::default(),
             mcp: Default::default(),
             memory: Default::default(),
+            alerts: Default::default(),
         }
     }
 }

@@ -100,4 +100,8 @@ impl Channel for Redacting {
     fn is_ready(&self) -> bool {
         self.inner.is_ready()
     }
+
+    fn health(&self) -> ferroclaw_channel_core::ChannelHealth {
+        self.inner.health()
+    }
 }

@@ -7,12 +7,14 @@ pub mod accept;
 pub use accept::{Limits, raise_file_limit, serve};
 
 use crate::app::ChannelMap;
+pub use crate::health::{ChannelStates, Readiness};
 use crate::storage::Store;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use ferroclaw_channel_core::ChannelState;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -21,16 +23,8 @@ use std::sync::Arc;
 struct Health {
     store: Arc<dyn Store>,
     channels: ChannelMap,
-    readiness: Readiness,
+    states: ChannelStates,
     metrics_token: Option<Arc<SecretString>>,
-}
-
-/// What readiness needs to know of leadership: a follower does not run the receivers of
-/// `led` channels (the leader does), so their connection is not its readiness.
-#[derive(Clone)]
-pub struct Readiness {
-    pub role: tokio::sync::watch::Receiver<crate::coordination::Role>,
-    pub led: Vec<String>,
 }
 
 /// The service's own routes. `metrics_token`: the bearer `/metrics` asks for (the admin
@@ -38,7 +32,7 @@ pub struct Readiness {
 pub fn router(
     store: Arc<dyn Store>,
     channels: ChannelMap,
-    readiness: Readiness,
+    states: ChannelStates,
     metrics_token: Option<SecretString>,
 ) -> Router {
     Router::new()
@@ -48,7 +42,7 @@ pub fn router(
         .with_state(Health {
             store,
             channels,
-            readiness,
+            states,
             metrics_token: metrics_token.map(Arc::new),
         })
 }
@@ -63,6 +57,7 @@ async fn metrics(State(health): State<Health>, headers: axum::http::HeaderMap) -
         }
     }
     let handle = crate::metrics::install();
+    health.states.export_metrics();
     match health.store.outbox_backlog_counts().await {
         Ok(counts) => {
             // Channels with nothing waiting show 0, not their last non-zero value.
@@ -86,7 +81,17 @@ async fn metrics(State(health): State<Health>, headers: axum::http::HeaderMap) -
         .into_response()
 }
 
-async fn readyz(State(health): State<Health>) -> (StatusCode, Json<Value>) {
+#[derive(serde::Deserialize)]
+struct ReadyQuery {
+    verbose: Option<String>,
+}
+
+/// Ready when storage writes and no channel is down. `?verbose`: each channel's state and
+/// figures (SPEC section 21) instead of one word.
+async fn readyz(
+    State(health): State<Health>,
+    Query(query): Query<ReadyQuery>,
+) -> (StatusCode, Json<Value>) {
     let storage = match health.store.ping().await {
         Ok(()) => "ok",
         Err(err) => {
@@ -99,21 +104,22 @@ async fn readyz(State(health): State<Health>) -> (StatusCode, Json<Value>) {
     if storage != "ok" {
         not_ready.push("storage".into());
     }
-    let follower = *health.readiness.role.borrow() != crate::coordination::Role::Leader;
-    for channel in health.channels.values() {
-        if follower && health.readiness.led.iter().any(|n| n == channel.name()) {
-            channels.insert(channel.name().to_string(), json!("led by another process"));
-            continue;
-        }
-        let ready = channel.is_ready();
-        channels.insert(
-            channel.name().to_string(),
-            json!(if ready { "connected" } else { "not connected" }),
-        );
-        if !ready {
-            not_ready.push(channel.name().to_string());
-        }
+    for (name, state) in health.states.snapshot() {
+        let word = match &state {
+            None => "led by another process",
+            Some(h) if h.state == ChannelState::Down => {
+                not_ready.push(name.clone());
+                "not connected"
+            }
+            Some(_) => "connected",
+        };
+        channels.insert(name, json!(word));
     }
+    let channels = if query.verbose.is_some() {
+        health.states.json()
+    } else {
+        Value::Object(channels)
+    };
     let status = if not_ready.is_empty() {
         StatusCode::OK
     } else {

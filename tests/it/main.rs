@@ -19,6 +19,7 @@ mod doctor;
 mod engine_loop;
 mod exposure;
 mod hardening;
+mod health;
 mod leaks;
 mod local_model;
 mod mcp;

@@ -15,6 +15,7 @@ pub mod clock;
 mod command;
 mod deliver;
 mod live_reply;
+mod liveness;
 mod message;
 mod route;
 mod split;
@@ -27,6 +28,7 @@ pub use approval::{ApprovalPrompt, Decision, DecisionOutcome, DecisionRequest};
 pub use command::ChatCommand;
 pub use deliver::{EditError, PieceSender, TextDelivery};
 pub use live_reply::{LiveReplies, LiveReply, LiveUpdate, PreviewLedger, SharedLiveReply};
+pub use liveness::{ChannelHealth, ChannelState, Liveness};
 pub use message::{
     Attachment, AttachmentKind, AttachmentSource, InboundMessage, OutboundFile, OutboundKind,
     OutboundMessage, Sender,
@@ -93,6 +95,12 @@ pub trait Channel: Send + Sync {
     /// True once the adapter is connected to its platform (used by `/readyz`).
     fn is_ready(&self) -> bool {
         true
+    }
+
+    /// Whether it is still receiving (SPEC section 21): channels that know when their last
+    /// receive completed judge by that; the others are up while connected.
+    fn health(&self) -> ChannelHealth {
+        ChannelHealth::connected(self.is_ready())
     }
 }
 

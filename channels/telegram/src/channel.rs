@@ -5,9 +5,9 @@
 use crate::format;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    ApprovalPrompt, Channel, ChatRoute, Decision, Delivered, DeliveryError, EditError, FetchError,
-    LiveReplies, LiveUpdate, OutboundFile, OutboundMessage, PieceSender, PreviewLedger,
-    TextDelivery,
+    ApprovalPrompt, Channel, ChannelHealth, ChatRoute, Decision, Delivered, DeliveryError,
+    EditError, FetchError, LiveReplies, LiveUpdate, Liveness, OutboundFile, OutboundMessage,
+    PieceSender, PreviewLedger, TextDelivery,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +28,9 @@ pub struct TelegramChannel {
     /// Streamed replies, pieces failed attempts sent, the pace of edits.
     text: TextDelivery<MessageId>,
     pub(crate) ready: AtomicBool,
+    /// When the last long poll completed (polling only: a webhook bot is quiet when its
+    /// users are).
+    pub(crate) liveness: Option<Liveness>,
 }
 
 fn chat(route: &ChatRoute) -> Result<ChatId, DeliveryError> {
@@ -50,8 +53,10 @@ impl TelegramChannel {
         token: String,
         edit_interval: Duration,
         previews: Option<Arc<dyn PreviewLedger>>,
+        liveness: Option<Liveness>,
     ) -> Self {
         TelegramChannel {
+            liveness,
             bot,
             token,
             text: TextDelivery::new(
@@ -255,6 +260,13 @@ impl Channel for TelegramChannel {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn health(&self) -> ChannelHealth {
+        match &self.liveness {
+            Some(liveness) => liveness.health(self.is_ready()),
+            None => ChannelHealth::connected(self.is_ready()),
+        }
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {

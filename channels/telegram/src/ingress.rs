@@ -217,6 +217,12 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             Ok(updates) => {
                 backoff.reset();
                 shared.channel.ready.store(true, Ordering::Release);
+                if let Some(liveness) = &shared.channel.liveness {
+                    liveness.received();
+                    if !updates.is_empty() {
+                        liveness.message();
+                    }
+                }
                 for update in updates {
                     if let Some((request, query)) = translate::press(&update) {
                         if !shared.hand_over_press(request, query, cancel).await {
@@ -235,7 +241,12 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
             Err(RequestError::RetryAfter(seconds)) => seconds.duration(),
             Err(e) => {
                 let failures = backoff.failed();
-                tracing::warn!(error = %shared.channel.redact(e.to_string()), failures, "getUpdates failed");
+                let why = shared.channel.redact(e.to_string());
+                tracing::warn!(error = %why, failures, "getUpdates failed");
+                if let Some(liveness) = &shared.channel.liveness {
+                    // A 409 says another process polls this token: shown, not retried in silence.
+                    liveness.trouble(why);
+                }
                 if failures >= FAILURES_BEFORE_NOT_READY {
                     shared.channel.ready.store(false, Ordering::Release);
                 }

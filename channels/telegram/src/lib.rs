@@ -122,11 +122,20 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
     // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
     let poll_bot = Bot::with_client(token.clone(), client(settings.poll_timeout + POLL_MARGIN)?)
         .set_api_url(url);
+    // A poll returns at least every `poll_timeout`: late after that and 5 s more, down when
+    // none completed for three of them (SPEC section 21).
+    let liveness = (settings.mode == Mode::Polling).then(|| {
+        ferroclaw_channel_core::Liveness::new(
+            settings.poll_timeout + Duration::from_secs(5),
+            (settings.poll_timeout * 3).max(Duration::from_secs(3)),
+        )
+    });
     let channel = Arc::new(TelegramChannel::new(
         bot.clone(),
         token.clone(),
         settings.stream_edit_interval,
         settings.previews.clone(),
+        liveness,
     ));
     Ok(Built {
         channels: vec![channel.clone()],

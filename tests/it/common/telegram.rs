@@ -43,6 +43,9 @@ struct Inner {
     /// (chat id, message id) → current text.
     texts: Mutex<HashMap<(i64, i64), String>>,
     reject_html: AtomicBool,
+    /// Long polls are accepted and never answered (until switched off).
+    hang_polls: AtomicBool,
+    unhang: Notify,
     edit_retry_after: Mutex<VecDeque<u64>>,
     wrong_token: Mutex<Vec<String>>,
     /// file id → (file path, bytes), for `getFile` and `/file/bot<TOKEN>/<path>`.
@@ -104,6 +107,15 @@ impl TelegramStandIn {
             .lock()
             .unwrap()
             .insert(id.to_string(), (path.to_string(), bytes.to_vec()));
+    }
+
+    /// Accept long polls and never answer them (as a stuck Bot API does); off: the held
+    /// polls answer at once.
+    pub fn hang_polls(&self, on: bool) {
+        self.inner.hang_polls.store(on, Ordering::SeqCst);
+        if !on {
+            self.inner.unhang.notify_waiters();
+        }
     }
 
     pub fn reject_html(&self, on: bool) {
@@ -313,6 +325,13 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
             ok(m)
         }
         "getupdates" => {
+            while inner.hang_polls.load(Ordering::SeqCst) {
+                let unhung = inner.unhang.notified();
+                if !inner.hang_polls.load(Ordering::SeqCst) {
+                    break;
+                }
+                unhung.await;
+            }
             let offset = params["offset"].as_i64().unwrap_or(0);
             let timeout = params["timeout"].as_u64().unwrap_or(0);
             let deadline = Instant::now() + Duration::from_secs(timeout);
