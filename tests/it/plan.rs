@@ -123,7 +123,7 @@ async fn plan_tracks_steps_in_every_prompt_edits_its_card_and_survives_a_restart
         assert!(
             names
                 .iter()
-                .all(|n| ["read_file", "list_files", "web_fetch"].contains(n)),
+                .all(|n| ["read_file", "list_files", "web_fetch", "memory_search"].contains(n)),
             "planning tools: {names:?}"
         );
     }
