@@ -32,7 +32,7 @@ pub struct Summary {
 }
 
 /// The file a `sqlite:` URL names (Err for PostgreSQL: not built yet).
-fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
     if !url.starts_with("sqlite:") {
         bail!(
             "backup and restore cover SQLite stores so far; for PostgreSQL use pg_dump (storage.url)"

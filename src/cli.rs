@@ -98,6 +98,11 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Move the store between SQLite and PostgreSQL
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Restore a backup into an empty store and workspace
     Restore {
         file: std::path::PathBuf,
@@ -181,4 +186,18 @@ pub enum PairingCommand {
 pub enum ConfigCommand {
     /// Validate the configuration and print it with secrets redacted (exit 2 when invalid)
     Check(ConfigArg),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every aggregate from one store to another (SQLite to PostgreSQL or back);
+    /// refuses while a service uses the source; run again after an interruption
+    Copy {
+        /// The source store URL (sqlite://… or postgres://…)
+        #[arg(long)]
+        from: String,
+        /// The destination store URL (migrated to this binary's schema first)
+        #[arg(long)]
+        to: String,
+    },
 }

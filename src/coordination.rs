@@ -24,7 +24,7 @@ pub enum Role {
 }
 
 /// The advisory lock every ferroclaw process of a database competes for.
-const LOCK: i64 = 0x6665_7272_6f63_6c77; // "ferroclw"
+pub(crate) const LOCK: i64 = 0x6665_7272_6f63_6c77; // "ferroclw"
 /// How often a follower retries and a leader checks its connection.
 const TICK: Duration = Duration::from_secs(1);
 /// A leader whose connection does not answer within this long has lost the lock.

@@ -49,6 +49,7 @@ pub mod signals;
 pub mod skills;
 pub mod spawn;
 pub mod storage;
+pub mod store_copy;
 pub mod subagents;
 pub mod teams;
 pub mod tools;

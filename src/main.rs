@@ -123,6 +123,27 @@ fn main() -> ExitCode {
             );
             Ok(())
         }),
+        Command::Store {
+            command: ferroclaw::cli::StoreCommand::Copy { from, to },
+        } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            match runtime.block_on(ferroclaw::store_copy::copy(&from, &to)) {
+                Ok(copied) => {
+                    for (table, rows, written) in &copied.tables {
+                        println!("{table:<20} {rows:>9} rows ({written} copied now)");
+                    }
+                    println!("copied and verified: the row counts match");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("store copy: {err:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Status { url, config } => with_config(&config, |loaded| async move {
             let url = url.unwrap_or_else(|| format!("http://{}", loaded.config.server.listen));
             print!("{}", ferroclaw::health::status_table(&loaded, &url).await?);

@@ -38,6 +38,7 @@ mod slack;
 mod sqlite_schema;
 mod standard_webhooks;
 mod store_conformance;
+mod store_copy;
 mod subagent_inbox;
 mod subagents;
 mod teams;
