@@ -98,6 +98,11 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Bring agents, skills, allowlists and memories over from another assistant
+    Import {
+        #[command(subcommand)]
+        from: ImportSource,
+    },
     /// Move the store between SQLite and PostgreSQL
     Store {
         #[command(subcommand)]
@@ -199,5 +204,18 @@ pub enum StoreCommand {
         /// The destination store URL (migrated to this binary's schema first)
         #[arg(long)]
         to: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportSource {
+    /// An OpenClaw state directory (~/.openclaw): openclaw.json, workspace/, skills/
+    Openclaw {
+        dir: PathBuf,
+        /// Print what would be imported, and change nothing
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        config: ConfigArg,
     },
 }

@@ -27,6 +27,7 @@ pub mod exec;
 pub mod features;
 pub mod health;
 pub mod http;
+pub mod import_openclaw;
 pub mod ingress;
 pub mod lanes;
 pub mod mcp;

@@ -144,6 +144,28 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Import {
+            from:
+                ferroclaw::cli::ImportSource::Openclaw {
+                    dir,
+                    dry_run,
+                    config,
+                },
+        } => {
+            let (path, _) = config.path();
+            with_config(&config, |loaded| async move {
+                let report =
+                    ferroclaw::import_openclaw::import(&loaded, &path, &dir, dry_run).await?;
+                let verb = if dry_run { "would import" } else { "imported" };
+                for line in &report.done {
+                    println!("{verb}: {line}");
+                }
+                for line in &report.unmapped {
+                    println!("not mapped: {line}");
+                }
+                Ok(())
+            })
+        }
         Command::Status { url, config } => with_config(&config, |loaded| async move {
             let url = url.unwrap_or_else(|| format!("http://{}", loaded.config.server.listen));
             print!("{}", ferroclaw::health::status_table(&loaded, &url).await?);

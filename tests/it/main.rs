@@ -20,6 +20,7 @@ mod engine_loop;
 mod exposure;
 mod hardening;
 mod health;
+mod import_openclaw;
 mod leaks;
 mod local_model;
 mod mcp;
