@@ -527,3 +527,41 @@ async fn the_events_api_takes_signed_requests_once_and_approvals_by_button() {
     assert_eq!(status, 200);
     texts_until(&slack, "C9", |t| !t.is_empty()).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_asked_for_in_a_thread_is_announced_in_that_thread() {
+    let llm = LlmStandIn::start(|body, _| {
+        let user = last_user(body);
+        if user == "slow 50" {
+            return Behaviour::slow("result of slow 50", Duration::from_millis(50));
+        }
+        if user.starts_with("[Subagent") {
+            return Behaviour::reply("summary of one");
+        }
+        if crate::common::llm::tool_results(body).is_empty() {
+            Behaviour::tool("sessions_spawn", json!({"task": "slow 50", "label": "one"}))
+        } else {
+            Behaviour::reply("spawned")
+        }
+    })
+    .await;
+    let slack = SlackStandIn::start().await;
+    let work = Workdir::new(&config(&llm.url, &slack, "socket", ""));
+    let _service = Service::start(&work, ENV).await;
+    connected(&slack, 1).await;
+    slack.event(json!({"type": "app_mention", "channel": "C7", "user": "U1",
+        "text": "<@UBOT> go", "ts": "8.1", "thread_ts": "8.0"}));
+    let texts = texts_until(&slack, "C7", |t| t.iter().any(|x| x == "summary of one")).await;
+    assert!(
+        texts.iter().any(|t| t.starts_with("🤖 one — done")),
+        "the announcement: {texts:?}"
+    );
+    assert!(
+        slack
+            .posted("C7")
+            .iter()
+            .all(|p| p.thread.as_deref() == Some("8.0")),
+        "everything in the thread: {:?}",
+        slack.posted("C7")
+    );
+}
