@@ -1,6 +1,7 @@
 //! `ferroclaw backup [FILE]` and `ferroclaw restore FILE [--force]` (SPEC section 22): one
-//! zip file holding a consistent snapshot of the store (SQLite: `VACUUM INTO`, taken while
-//! the service runs), every agent workspace and the resolved configuration with its secrets
+//! zip file holding a consistent snapshot of the store, taken while the service runs (SQLite:
+//! `VACUUM INTO`; PostgreSQL: the service's tables read in one `REPEATABLE READ` transaction
+//! into the same portable SQLite file, loaded back by `restore`), every agent workspace and the resolved configuration with its secrets
 //! redacted, and the way back into an empty store and data directory.
 //!
 //! Owns the archive's layout (`manifest.json`, `database.sqlite`, `workspaces/<n>/…`,
@@ -31,12 +32,10 @@ pub struct Summary {
     pub files: usize,
 }
 
-/// The file a `sqlite:` URL names (Err for PostgreSQL: not built yet).
+/// The file a `sqlite:` URL names.
 pub(crate) fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
     if !url.starts_with("sqlite:") {
-        bail!(
-            "backup and restore cover SQLite stores so far; for PostgreSQL use pg_dump (storage.url)"
-        );
+        bail!("storage.url is not a SQLite URL");
     }
     use std::str::FromStr;
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
@@ -60,14 +59,20 @@ fn workspaces(loaded: &LoadedConfig) -> Vec<String> {
 
 /// Write a backup of the running (or stopped) service to `file`.
 pub async fn backup(loaded: &LoadedConfig, file: &Path) -> anyhow::Result<Summary> {
-    let database = sqlite_file(&loaded.config.storage.url)?;
-    if !database.exists() {
-        bail!("there is no database at {} to back up", database.display());
-    }
-    crate::storage::refuse_newer_schema(&loaded.config.storage.url).await?;
+    let url = &loaded.config.storage.url;
+    crate::storage::refuse_newer_schema(url).await?;
     let staging = tempfile::tempdir().context("cannot make a staging folder")?;
     let snapshot = staging.path().join("database.sqlite");
-    {
+    if is_postgres(url) {
+        // The service's tables in one REPEATABLE READ snapshot, as a portable SQLite file.
+        crate::store_copy::snapshot_postgres(url, &snapshot)
+            .await
+            .context("the database could not be copied")?;
+    } else {
+        let database = sqlite_file(url)?;
+        if !database.exists() {
+            bail!("there is no database at {} to back up", database.display());
+        }
         use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect(&loaded.config.storage.url)
             .await
@@ -198,22 +203,43 @@ pub async fn before_migration(url: &str, applied: i64) -> anyhow::Result<PathBuf
 /// Restore `file` into the store and workspaces `loaded` names, which must be empty unless
 /// `force` (then they are replaced).
 pub async fn restore(loaded: &LoadedConfig, file: &Path, force: bool) -> anyhow::Result<Summary> {
-    let database = sqlite_file(&loaded.config.storage.url)?;
+    let url = loaded.config.storage.url.clone();
     let roots = workspaces(loaded);
-    let occupied = database.exists()
+    let postgres = is_postgres(&url);
+    // PostgreSQL: the archive's database is unpacked here, then loaded into the server.
+    let staging = tempfile::tempdir().context("cannot make a staging folder")?;
+    let (database, store_occupied) = if postgres {
+        let empty = crate::store_copy::postgres_is_empty(&url).await?;
+        (staging.path().join("database.sqlite"), !empty)
+    } else {
+        let database = sqlite_file(&url)?;
+        let exists = database.exists();
+        (database, exists)
+    };
+    let occupied = store_occupied
         || roots
             .iter()
             .any(|r| std::fs::read_dir(r).is_ok_and(|mut d| d.next().is_some()));
     if occupied && !force {
         bail!(
-            "the store ({}) or a workspace is not empty; restore into an empty one, or pass --force to replace them",
-            database.display()
+            "the store or a workspace is not empty; restore into an empty one, or pass --force to replace them"
         );
     }
     let file = file.to_path_buf();
-    tokio::task::spawn_blocking(move || read_archive(&file, &database, &roots))
+    let unpacked = database.clone();
+    let summary = tokio::task::spawn_blocking(move || read_archive(&file, &unpacked, &roots))
         .await
-        .context("the restore task failed")?
+        .context("the restore task failed")??;
+    if postgres {
+        crate::store_copy::load_postgres(&database, &url, force)
+            .await
+            .context("the database could not be loaded into PostgreSQL")?;
+    }
+    Ok(summary)
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 fn read_archive(file: &Path, database: &Path, roots: &[String]) -> anyhow::Result<Summary> {

@@ -14,6 +14,7 @@
 
 use anyhow::{Context, bail};
 use sqlx::{PgPool, Row, SqlitePool};
+use std::path::Path;
 
 /// Tables not copied: process-local state.
 const SKIPPED: &[&str] = &[
@@ -59,24 +60,94 @@ enum Db {
     Pg(PgPool),
 }
 
+/// Where a copy reads: SQLite's pool, or one PostgreSQL connection inside a
+/// `REPEATABLE READ` transaction (one consistent snapshot of every table).
+enum Reader<'a> {
+    Sqlite(&'a SqlitePool),
+    Pg(&'a mut sqlx::PgConnection),
+}
+
 pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
     let (source, destination) = (open(from).await?, open(to).await?);
+    // Held for the whole copy: no service starts leading on a PostgreSQL source meanwhile.
+    let _source_lock = refuse_if_in_use(from, &source).await?;
+    schema_current(from).await?;
+    migrate(to).await?;
+    transfer(source, destination, false).await
+}
+
+/// A PostgreSQL store's consistent snapshot into a new SQLite file (a backup's database,
+/// taken while the service runs).
+pub async fn snapshot_postgres(pg_url: &str, sqlite_file: &Path) -> anyhow::Result<Copied> {
+    let sqlite_url = format!("sqlite://{}", sqlite_file.display());
+    migrate(&sqlite_url).await?;
+    transfer(open(pg_url).await?, open(&sqlite_url).await?, false).await
+}
+
+/// A backup's SQLite database into a PostgreSQL store; `replace` empties it first (else a
+/// store holding rows is refused).
+pub async fn load_postgres(
+    sqlite_file: &Path,
+    pg_url: &str,
+    replace: bool,
+) -> anyhow::Result<Copied> {
+    let sqlite_url = format!("sqlite://{}", sqlite_file.display());
+    migrate(pg_url).await?;
+    transfer(open(&sqlite_url).await?, open(pg_url).await?, replace).await
+}
+
+/// Whether a PostgreSQL store holds no journal and no sessions (a restore's target).
+pub async fn postgres_is_empty(pg_url: &str) -> anyhow::Result<bool> {
+    migrate(pg_url).await?;
+    let Db::Pg(pool) = open(pg_url).await? else {
+        bail!("not a PostgreSQL URL");
+    };
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM inbound) + (SELECT count(*) FROM sessions)",
+    )
+    .fetch_one(&pool)
+    .await?;
+    Ok(rows == 0)
+}
+
+async fn migrate(url: &str) -> anyhow::Result<()> {
+    let store = crate::storage::connect(url)
+        .await
+        .with_context(|| format!("opening {}", redact_url(url)))?;
+    store.migrate().await?;
+    Ok(())
+}
+
+async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<Copied> {
     let pg = match (&source, &destination) {
         (Db::Sqlite(_), Db::Pg(pg)) | (Db::Pg(pg), Db::Sqlite(_)) => pg.clone(),
         _ => bail!("store copy moves between SQLite and PostgreSQL (one side each)"),
     };
-    // Held for the whole copy: no service starts leading on a PostgreSQL source meanwhile.
-    let _source_lock = refuse_if_in_use(from, &source).await?;
-    schema_current(from).await?;
-    let migrated = crate::storage::connect(to)
-        .await
-        .with_context(|| format!("opening {}", redact_url(to)))?;
-    migrated.migrate().await?;
-    drop(migrated);
+    let tables = tables(&pg).await?;
+    if replace {
+        for table in &tables {
+            let sql = format!("DELETE FROM {}", table.name);
+            match &destination {
+                Db::Sqlite(pool) => sqlx::query(&sql).execute(pool).await?.rows_affected(),
+                Db::Pg(pool) => sqlx::query(&sql).execute(pool).await?.rows_affected(),
+            };
+        }
+    }
+    let mut snapshot = None;
+    let mut reader = match &source {
+        Db::Sqlite(pool) => Reader::Sqlite(pool),
+        Db::Pg(pool) => {
+            let mut conn = pool.acquire().await?;
+            sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *conn)
+                .await?;
+            Reader::Pg(&mut **snapshot.insert(conn))
+        }
+    };
     let mut copied = Copied::default();
-    for table in tables(&pg).await? {
-        let total: i64 = count(&source, &table.name).await?;
-        let written = copy_table(&source, &destination, &table).await?;
+    for table in &tables {
+        let total: i64 = count_read(&mut reader, &table.name).await?;
+        let written = copy_table(&mut reader, &destination, table).await?;
         let now = count(&destination, &table.name).await?;
         if now != total {
             bail!(
@@ -85,6 +156,10 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
             );
         }
         copied.tables.push((table.name.clone(), total, written));
+    }
+    drop(reader);
+    if let Some(mut conn) = snapshot {
+        sqlx::query("COMMIT").execute(&mut *conn).await?;
     }
     if let Db::Pg(pg) = &destination {
         advance_sequences(pg).await?;
@@ -246,6 +321,14 @@ async fn tables(pg: &PgPool) -> anyhow::Result<Vec<Table>> {
     Ok(tables)
 }
 
+async fn count_read(reader: &mut Reader<'_>, table: &str) -> anyhow::Result<i64> {
+    let sql = format!("SELECT count(*) FROM {table}");
+    Ok(match reader {
+        Reader::Sqlite(pool) => sqlx::query_scalar(&sql).fetch_one(*pool).await?,
+        Reader::Pg(conn) => sqlx::query_scalar(&sql).fetch_one(&mut **conn).await?,
+    })
+}
+
 async fn count(db: &Db, table: &str) -> anyhow::Result<i64> {
     let sql = format!("SELECT count(*) FROM {table}");
     Ok(match db {
@@ -325,7 +408,11 @@ fn page_sql(table: &Table, keyset: bool) -> String {
     }
 }
 
-async fn copy_table(source: &Db, destination: &Db, table: &Table) -> anyhow::Result<u64> {
+async fn copy_table(
+    source: &mut Reader<'_>,
+    destination: &Db,
+    table: &Table,
+) -> anyhow::Result<u64> {
     let key_column = table
         .columns
         .iter()
@@ -336,16 +423,20 @@ async fn copy_table(source: &Db, destination: &Db, table: &Table) -> anyhow::Res
     loop {
         let position = if keyset { after } else { offset };
         let rows: Vec<Vec<Cell>> = match source {
-            Db::Sqlite(pool) => {
+            Reader::Sqlite(pool) => {
                 let mut out = Vec::new();
-                for row in sqlx::query(&sql).bind(position).fetch_all(pool).await? {
+                for row in sqlx::query(&sql).bind(position).fetch_all(*pool).await? {
                     out.push(cells!(row, table.columns));
                 }
                 out
             }
-            Db::Pg(pool) => {
+            Reader::Pg(conn) => {
                 let mut out = Vec::new();
-                for row in sqlx::query(&sql).bind(position).fetch_all(pool).await? {
+                for row in sqlx::query(&sql)
+                    .bind(position)
+                    .fetch_all(&mut **conn)
+                    .await?
+                {
                     out.push(cells!(row, table.columns));
                 }
                 out

@@ -148,3 +148,97 @@ async fn a_backup_taken_while_messages_flow_restores_to_a_store_that_answers_the
     assert_eq!(status, 202, "{body}");
     hook.reply_containing("new", "echo: after the move").await;
 }
+
+/// PostgreSQL: a backup taken from a running service (its tables in one snapshot) restores
+/// into another, empty PostgreSQL database with every row, which a service then answers
+/// from; a database holding rows is refused unless `--force`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_store_is_backed_up_while_running_and_restored_into_another() {
+    let llm =
+        LlmStandIn::start(|body, _| Behaviour::reply(format!("echo: {}", last_user(body)))).await;
+    let (first, second) = (
+        crate::common::pg::fresh_database().await,
+        crate::common::pg::fresh_database().await,
+    );
+    let cfg = |db: &str| {
+        config_with_llm(
+            &llm.url,
+            &format!(
+                "[storage]\nurl = \"{db}\"\n\n[channels.webhook.main]\nsecret_env = \"FC_HOOK\"\n"
+            ),
+        )
+    };
+    let env = [("FC_HOOK", SECRET)];
+    let work = Workdir::new(&cfg(&first));
+    let service = Service::start(&work, &env).await;
+    let hook = Hook::new(&service, SECRET);
+    for i in 0..20 {
+        assert_eq!(
+            hook.ask(&format!("c{i}"), "m", &format!("hi {i}")).await,
+            format!("echo: hi {i}")
+        );
+    }
+    let backed_up = tokio::task::block_in_place(|| {
+        run(
+            work.path(),
+            &["backup", "pg.zip", "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_eq!(
+        backed_up.code,
+        Some(0),
+        "{}{}",
+        backed_up.stdout,
+        backed_up.stderr
+    );
+    service.terminate().await;
+
+    let target = Workdir::new(&cfg(&second));
+    std::fs::copy(work.path().join("pg.zip"), target.path().join("pg.zip")).unwrap();
+    let restored = tokio::task::block_in_place(|| {
+        run(
+            target.path(),
+            &["restore", "pg.zip", "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_eq!(
+        restored.code,
+        Some(0),
+        "{}{}",
+        restored.stdout,
+        restored.stderr
+    );
+    let count = |url: String| async move {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let n: (i64, i64) =
+            sqlx::query_as("SELECT (SELECT count(*) FROM inbound), (SELECT count(*) FROM outbox)")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        n
+    };
+    let (inbound, outbox) = count(second.clone()).await;
+    assert_eq!((inbound, outbox), count(first.clone()).await);
+    assert_eq!(inbound, 20);
+    let again = tokio::task::block_in_place(|| {
+        run(
+            target.path(),
+            &["restore", "pg.zip", "-c", "config.toml"],
+            "",
+            &env,
+        )
+    });
+    assert_ne!(again.code, Some(0), "a store with rows is refused");
+    assert!(again.stderr.contains("not empty"), "{}", again.stderr);
+
+    let service = Service::start(&target, &env).await;
+    let hook = Hook::new(&service, SECRET);
+    assert_eq!(
+        hook.ask("c0", "m2", "after restore").await,
+        "echo: after restore"
+    );
+}
