@@ -133,7 +133,7 @@ async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<
             };
         }
     }
-    let mut snapshot = None;
+    let mut snapshot: Option<sqlx::pool::PoolConnection<sqlx::Postgres>> = None;
     let mut reader = match &source {
         Db::Sqlite(pool) => Reader::Sqlite(pool),
         Db::Pg(pool) => {
@@ -141,7 +141,7 @@ async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<
             sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 .execute(&mut *conn)
                 .await?;
-            Reader::Pg(&mut **snapshot.insert(conn))
+            Reader::Pg(snapshot.insert(conn))
         }
     };
     let mut copied = Copied::default();
@@ -157,7 +157,6 @@ async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<
         }
         copied.tables.push((table.name.clone(), total, written));
     }
-    drop(reader);
     if let Some(mut conn) = snapshot {
         sqlx::query("COMMIT").execute(&mut *conn).await?;
     }
