@@ -67,9 +67,9 @@ fn vector_of(bytes: &[u8]) -> Vec<f32> {
 pub trait MemoryStore: MemoryLinkStore + Send + Sync {
     /// Save a memory; a save with a `call_ref` already saved is that row. `(id, saved now)`.
     async fn memory_save(&self, memory: &NewMemory) -> StoreResult<(i64, bool)>;
-    /// For each of `terms` (plain words), the newest rows of `scopes` holding it (at most
-    /// `per_term` of each scope), as (index of the term, row): a row holding two terms may
-    /// come twice. Bounded work
+    /// For each of `terms` (plain words), at most `per_term` rows of `scopes` holding it (on
+    /// SQLite the newest; on PostgreSQL the cheapest to find), as (index of the term, row): a
+    /// row holding two terms may come twice. Bounded work
     /// however common a word is; ranking is the caller's.
     async fn memory_search(
         &self,
@@ -172,8 +172,10 @@ macro_rules! sql {
                 }
                 let rows: Vec<(i64, i64, String, String, String, i64)> =
                     query.build_query_as().fetch_all(&self.read).await?;
+                // The scope checked again on every row (the index narrowed by its token).
                 Ok(rows
                     .into_iter()
+                    .filter(|(_, _, scope, ..)| scopes.contains(scope))
                     .map(|(term, id, scope, text, tags, created_at)| {
                         (term as usize, row((id, scope, text, tags, created_at)))
                     })
@@ -388,10 +390,10 @@ fn search_fts5(
     query.push(" ORDER BY m.id DESC)");
 }
 
-/// PostgreSQL, one term: a query per scope, each newest first along `(scope, id)` or
-/// through the GIN index (scope token and word in one `tsquery`), whichever the planner
-/// finds cheaper for how common the word is; one scope's old rows are never reached by
-/// walking everyone's newer ones.
+/// PostgreSQL, one term: the scopes' tokens and the word in one `tsquery`, answered by the
+/// GIN index alone (the scope column is checked again on the rows: a condition on it here
+/// makes the planner intersect the scope's whole btree range with the index), at most
+/// `per_term` rows in whatever order is cheapest — a word that common weighs little.
 fn search_tsvector(
     query: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
     index: usize,
@@ -399,25 +401,15 @@ fn search_tsvector(
     term: &str,
     per_term: i64,
 ) {
-    for (i, scope) in scopes.iter().enumerate() {
-        if i > 0 {
-            query.push(" UNION ALL ");
-        }
-        query.push(format!(
-            "(SELECT CAST({index} AS BIGINT), m.id, m.scope, m.text, m.tags, m.created_at FROM memories AS m \
-             WHERE m.scope >= "
-        ));
-        // A range, not `=`: with equality the planner may walk the primary key backwards
-        // through everyone's newer rows to reach an old scope's; `(scope, id)` it must use.
-        query.push_bind(scope.clone());
-        query.push(" AND m.scope <= ");
-        query.push_bind(scope.clone());
-        query.push(" AND m.tsv @@ to_tsquery('simple', ");
-        query.push_bind(format!("{} & {term}", scope_token(scope)));
-        query.push(") ORDER BY m.scope DESC, m.id DESC LIMIT ");
-        query.push_bind(per_term);
-        query.push(")");
-    }
+    let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
+    query.push(format!(
+        "(SELECT CAST({index} AS BIGINT), m.id, m.scope, m.text, m.tags, m.created_at FROM memories AS m \
+         WHERE m.tsv @@ to_tsquery('simple', "
+    ));
+    query.push_bind(format!("({}) & {term}", tokens.join(" | ")));
+    query.push(") LIMIT ");
+    query.push_bind(per_term);
+    query.push(")");
 }
 
 #[cfg(test)]
