@@ -135,7 +135,7 @@ fn main() -> ExitCode {
                     for (table, rows, written) in &copied.tables {
                         println!("{table:<20} {rows:>9} rows ({written} copied now)");
                     }
-                    println!("copied and verified: the row counts match");
+                    println!("copied and verified: every table's row count and content hash match");
                     ExitCode::SUCCESS
                 }
                 Err(err) => {

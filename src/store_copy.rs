@@ -2,7 +2,7 @@
 //! between SQLite and PostgreSQL, either way — journal, sessions, transcripts, outbox, runs,
 //! jobs, teams, approvals, usage, memories — table by table in primary-key order, 1,000
 //! rows a statement, each insert `ON CONFLICT DO NOTHING`, so an interrupted copy run again
-//! finishes without duplicates; row counts are compared at the end. Both stores are brought
+//! finishes without duplicates; row counts and content hashes are compared at the end. Both stores are brought
 //! to this binary's schema first (the destination migrated, the source refused when it is
 //! not current). It refuses while a service uses the source: on PostgreSQL a service holds
 //! the leader lock; on SQLite a process has the file open. Leases, rate-limit hits and the
@@ -10,7 +10,8 @@
 //!
 //! The columns and their types are read from PostgreSQL's catalogue (the one side with
 //! strict types); generated columns (the memories' `tsvector`) are rebuilt by the
-//! destination. Knows tables and rows; nothing of what they mean.
+//! destination. After each table the row counts and an order-free content hash of both
+//! sides are compared. Knows tables and rows; nothing of what they mean.
 
 use anyhow::{Context, bail};
 use sqlx::{PgPool, Row, SqlitePool};
@@ -144,10 +145,19 @@ async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<
             Reader::Pg(snapshot.insert(conn))
         }
     };
+    // The destination is read back for its content hash (PostgreSQL: one connection).
+    let mut check_conn = match &destination {
+        Db::Pg(pool) => Some(pool.acquire().await?),
+        Db::Sqlite(_) => None,
+    };
     let mut copied = Copied::default();
     for table in &tables {
         let total: i64 = count_read(&mut reader, &table.name).await?;
-        let written = copy_table(&mut reader, &destination, table).await?;
+        let mut insert = Sink::Insert(&destination, 0);
+        walk(&mut reader, table, &mut insert).await?;
+        let Sink::Insert(_, written) = insert else {
+            unreachable!("an insert walk")
+        };
         let now = count(&destination, &table.name).await?;
         if now != total {
             bail!(
@@ -155,8 +165,26 @@ async fn transfer(source: Db, destination: Db, replace: bool) -> anyhow::Result<
                 table.name
             );
         }
+        let mut theirs = Sink::Hash(0);
+        walk(&mut reader, table, &mut theirs).await?;
+        let mut ours = Sink::Hash(0);
+        let mut check = match (&destination, check_conn.as_mut()) {
+            (Db::Sqlite(pool), _) => Reader::Sqlite(pool),
+            (Db::Pg(_), Some(conn)) => Reader::Pg(conn),
+            (Db::Pg(_), None) => unreachable!("acquired above"),
+        };
+        walk(&mut check, table, &mut ours).await?;
+        if let (Sink::Hash(a), Sink::Hash(b)) = (&theirs, &ours)
+            && a != b
+        {
+            bail!(
+                "table {}: the copied rows differ from the source's",
+                table.name
+            );
+        }
         copied.tables.push((table.name.clone(), total, written));
     }
+    drop(check_conn);
     if let Some(mut conn) = snapshot {
         sqlx::query("COMMIT").execute(&mut *conn).await?;
     }
@@ -407,18 +435,55 @@ fn page_sql(table: &Table, keyset: bool) -> String {
     }
 }
 
-async fn copy_table(
-    source: &mut Reader<'_>,
-    destination: &Db,
-    table: &Table,
-) -> anyhow::Result<u64> {
+/// What a walk over a table's rows does with each page.
+enum Sink<'a> {
+    /// Insert them into this store; counts the rows that were new.
+    Insert(&'a Db, u64),
+    /// Fold them into an order-free content hash (the sum of each row's digest): the two
+    /// dialects may order text keys differently.
+    Hash(u128),
+}
+
+/// One row's digest: each cell tagged by its kind, so NULL, '' and 0 differ.
+fn row_digest(row: &[Cell]) -> u128 {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for cell in row {
+        match cell {
+            Cell::Null(_) => hash.update([0u8]),
+            Cell::Int(v) => {
+                hash.update([1u8]);
+                hash.update(v.to_le_bytes());
+            }
+            Cell::Text(v) => {
+                hash.update([2u8]);
+                hash.update((v.len() as u64).to_le_bytes());
+                hash.update(v.as_bytes());
+            }
+            Cell::Bytes(v) => {
+                hash.update([3u8]);
+                hash.update((v.len() as u64).to_le_bytes());
+                hash.update(v);
+            }
+            Cell::Real(v) => {
+                hash.update([4u8]);
+                hash.update(v.to_bits().to_le_bytes());
+            }
+        }
+    }
+    let digest = hash.finalize();
+    u128::from_le_bytes(digest[..16].try_into().expect("16 bytes"))
+}
+
+/// Every row of `table` in key order, a page at a time, into `sink`.
+async fn walk(source: &mut Reader<'_>, table: &Table, sink: &mut Sink<'_>) -> anyhow::Result<()> {
     let key_column = table
         .columns
         .iter()
         .position(|(c, _)| table.key.len() == 1 && *c == table.key[0]);
     let keyset = key_column.is_some_and(|i| table.columns[i].1 == Kind::Int);
     let sql = page_sql(table, keyset);
-    let (mut after, mut offset, mut written) = (i64::MIN, 0i64, 0u64);
+    let (mut after, mut offset) = (i64::MIN, 0i64);
     loop {
         let position = if keyset { after } else { offset };
         let rows: Vec<Vec<Cell>> = match source {
@@ -442,7 +507,7 @@ async fn copy_table(
             }
         };
         if rows.is_empty() {
-            return Ok(written);
+            return Ok(());
         }
         let fetched = rows.len() as i64;
         if let Some(i) = key_column.filter(|_| keyset)
@@ -451,12 +516,21 @@ async fn copy_table(
             after = *last;
         }
         offset += fetched;
-        written += match destination {
-            Db::Sqlite(pool) => insert!(sqlx::Sqlite, pool, table, rows),
-            Db::Pg(pool) => insert!(sqlx::Postgres, pool, table, rows),
-        };
+        match sink {
+            Sink::Insert(destination, written) => {
+                *written += match destination {
+                    Db::Sqlite(pool) => insert!(sqlx::Sqlite, pool, table, rows),
+                    Db::Pg(pool) => insert!(sqlx::Postgres, pool, table, rows),
+                };
+            }
+            Sink::Hash(sum) => {
+                for row in &rows {
+                    *sum = sum.wrapping_add(row_digest(row));
+                }
+            }
+        }
         if fetched < BATCH {
-            return Ok(written);
+            return Ok(());
         }
     }
 }

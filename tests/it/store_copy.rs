@@ -158,13 +158,23 @@ async fn a_sqlite_store_moves_to_postgres_and_back_with_nothing_lost_or_doubled(
     );
     assert_eq!(counts_pg(&pg).await, sqlite_counts);
 
-    // A service on PostgreSQL goes on: new rows get new ids, the memory is recalled.
+    // A service on PostgreSQL goes on: new rows get new ids, the conversation's history and
+    // the memory are there.
     let moved = Workdir::new(&cfg(&llm.url, &pg));
     let service = Service::start(&moved, ENV).await;
     let hook = Hook::new(&service, HOOK_SECRET);
     assert_eq!(
         hook.ask("c1", "m9", "after the move").await,
         "echo: after the move"
+    );
+    let asked = llm
+        .requests()
+        .into_iter()
+        .find(|r| last_user(&r.body) == "after the move")
+        .unwrap();
+    assert!(
+        asked.body["messages"].to_string().contains("hello 4"),
+        "the history came along"
     );
     let memories = hook.ask("c2", "n2", "/memory").await;
     assert!(memories.contains("the boat is called Wren"), "{memories}");
@@ -186,4 +196,66 @@ async fn a_sqlite_store_moves_to_postgres_and_back_with_nothing_lost_or_doubled(
         counts_sqlite(&moved.path().join("back.db")).await,
         counts_pg(&pg).await
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_killed_halfway_and_run_again_ends_with_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("sqlite://{}", dir.path().join("big.db").display());
+    let store = ferroclaw::storage::connect(&source).await.unwrap();
+    store.migrate().await.unwrap();
+    drop(store);
+    // 200,000 transcript rows: the copy takes long enough to be killed in the middle.
+    let mut conn = sqlx::SqliteConnection::connect(&source).await.unwrap();
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) \
+         INSERT INTO transcript (session_key, epoch, role, content, created_at) \
+         SELECT 's' || (i % 100), 0, 'user', 'message number ' || i, i FROM n",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    let pg = fresh_database().await;
+    let mut first = std::process::Command::new(crate::common::service::BIN)
+        .args(["store", "copy", "--from", &source, "--to", &pg])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once some rows are in.
+    let partial = crate::common::wait_for(
+        "rows arriving",
+        std::time::Duration::from_secs(60),
+        || async {
+            let mut conn = sqlx::PgConnection::connect(&pg).await.ok()?;
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM transcript")
+                .fetch_one(&mut conn)
+                .await
+                .ok()?;
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(partial < 200_000, "killed halfway ({partial} rows in)");
+    let again = run(
+        dir.path(),
+        &["store", "copy", "--from", &source, "--to", &pg],
+        "",
+        ENV,
+    );
+    assert_eq!(again.code, Some(0), "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stdout.contains("content hash match"),
+        "{}",
+        again.stdout
+    );
+    let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM transcript")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 200_000);
 }
