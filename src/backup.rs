@@ -33,7 +33,7 @@ pub struct Summary {
 }
 
 /// The file a `sqlite:` URL names.
-pub(crate) fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
+fn sqlite_file(url: &str) -> anyhow::Result<PathBuf> {
     if !url.starts_with("sqlite:") {
         bail!("storage.url is not a SQLite URL");
     }

@@ -262,8 +262,8 @@ async fn refuse_if_in_use(
 
 /// Another process that has the SQLite file open (Linux: its open files in /proc).
 fn sqlite_user(url: &str) -> Option<u32> {
-    let path = crate::backup::sqlite_file(url).ok()?;
-    let path = std::fs::canonicalize(path).ok()?;
+    let options: sqlx::sqlite::SqliteConnectOptions = url.parse().ok()?;
+    let path = std::fs::canonicalize(options.get_filename()).ok()?;
     let me = std::process::id();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry

@@ -163,15 +163,32 @@ macro_rules! sql {
                 if scopes.is_empty() || terms.is_empty() {
                     return Ok(Vec::new());
                 }
-                let mut query = sqlx::QueryBuilder::<$db>::new("");
-                for (i, term) in terms.iter().enumerate() {
-                    if i > 0 {
-                        query.push(" UNION ALL ");
+                // The words in two statements run at once on two of the read connections
+                // (each word's lookup is an index walk of its own; two cores share them).
+                let half = terms.len().div_ceil(2);
+                let part = |from: usize, to: usize| {
+                    let mut query = sqlx::QueryBuilder::<$db>::new("");
+                    for i in from..to {
+                        if i > from {
+                            query.push(" UNION ALL ");
+                        }
+                        $search(&mut query, i, scopes, &terms[i], per_term);
                     }
-                    $search(&mut query, i, scopes, term, per_term);
-                }
-                let rows: Vec<(i64, i64, String, String, String, i64)> =
-                    query.build_query_as().fetch_all(&self.read).await?;
+                    query
+                };
+                let (mut first, mut second) = (part(0, half), part(half, terms.len()));
+                let (a, b) = tokio::join!(
+                    first.build_query_as::<(i64, i64, String, String, String, i64)>().fetch_all(&self.read),
+                    async {
+                        if half < terms.len() {
+                            second.build_query_as::<(i64, i64, String, String, String, i64)>().fetch_all(&self.read).await
+                        } else {
+                            Ok(Vec::new())
+                        }
+                    }
+                );
+                let mut rows = a?;
+                rows.extend(b?);
                 // The scope checked again on every row (the index narrowed by its token).
                 Ok(rows
                     .into_iter()
