@@ -30,6 +30,12 @@ const TICK: Duration = Duration::from_secs(1);
 /// A leader whose connection does not answer within this long has lost the lock.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Whether several processes may share this database (PostgreSQL): only then is there a
+/// leader to compete for and followers to tell.
+pub fn shared_database(database_url: &str) -> bool {
+    database_url.starts_with("postgres")
+}
+
 /// Start competing for leadership; the receiver tells this process's role as it changes.
 /// The returned future runs until `cancel` (it is the caller's to own).
 pub fn start(
@@ -39,7 +45,7 @@ pub fn start(
     watch::Receiver<Role>,
     futures::future::BoxFuture<'static, ()>,
 ) {
-    if !database_url.starts_with("postgres") {
+    if !shared_database(database_url) {
         // One process: it leads until it stops (the sender lives as long as the service).
         let (tx, rx) = watch::channel(Role::Leader);
         return (

@@ -1,12 +1,22 @@
 //! Every channel's health in one place (SPEC section 21): `/readyz?verbose`,
 //! `GET /v1/admin/channels`, the status page, the metrics and the alerts all read it here.
 //! A follower does not run the receivers of channels the leader receives for: their state
-//! is the leader's to report. Knows channels and leadership; not how any adapter measures.
+//! is the leader's, which it writes to the store every few seconds ([`ChannelStates::share`])
+//! and followers show as reported. Knows channels and leadership; not how any adapter
+//! measures.
 
 use crate::app::ChannelMap;
 use crate::coordination::Role;
+use crate::storage::Store;
 use ferroclaw_channel_core::{ChannelHealth, ChannelState};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often the leader writes, and a follower reads, the led channels' health.
+const SHARE_EVERY: Duration = Duration::from_secs(2);
 
 /// What readiness needs to know of leadership: a follower does not run the receivers of
 /// `led` channels (the leader does), so their connection is not its readiness.
@@ -20,6 +30,9 @@ pub struct Readiness {
 pub struct ChannelStates {
     channels: ChannelMap,
     readiness: Readiness,
+    /// On a follower: the leader's last report of the channels it leads, and when it was
+    /// written (ms).
+    reported: Arc<Mutex<HashMap<String, (ChannelHealth, i64)>>>,
 }
 
 impl ChannelStates {
@@ -27,6 +40,46 @@ impl ChannelStates {
         ChannelStates {
             channels,
             readiness,
+            reported: Arc::default(),
+        }
+    }
+
+    /// Until `stop`: the leader writes the health of the channels it leads to the store; a
+    /// follower reads it back for [`ChannelStates::json`].
+    pub async fn share(self, store: Arc<dyn Store>, stop: CancellationToken) {
+        if self.readiness.led.is_empty() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SHARE_EVERY) => {}
+            }
+            let leading = *self.readiness.role.borrow() == Role::Leader;
+            if leading {
+                let rows: Vec<(String, String)> = self
+                    .snapshot()
+                    .into_iter()
+                    .filter(|(name, _)| self.readiness.led.contains(name))
+                    .filter_map(|(name, health)| {
+                        Some((name, serde_json::to_string(&health?).ok()?))
+                    })
+                    .collect();
+                if let Err(err) = store
+                    .channel_health_put(&rows, crate::clock::now_ms())
+                    .await
+                {
+                    tracing::debug!(error = %err, "channel health not shared");
+                }
+            } else if let Ok(rows) = store.channel_health_all().await {
+                let mut reported = self.reported.lock().expect("reported lock");
+                reported.clear();
+                for (name, health, at) in rows {
+                    if let Ok(health) = serde_json::from_str(&health) {
+                        reported.insert(name, (health, at));
+                    }
+                }
+            }
         }
     }
 
@@ -54,11 +107,26 @@ impl ChannelStates {
         for (name, health) in self.snapshot() {
             let value = match health {
                 Some(health) => serde_json::to_value(health).expect("health serialises"),
-                None => json!({"state": "up", "received_by": "the leading process"}),
+                None => self.reported_json(&name),
             };
             map.insert(name, value);
         }
         Value::Object(map)
+    }
+
+    /// A led channel on a follower: the leader's report, and how old it is.
+    fn reported_json(&self, name: &str) -> Value {
+        let reported = self.reported.lock().expect("reported lock");
+        match reported.get(name) {
+            Some((health, at)) => {
+                let mut value = serde_json::to_value(health).expect("health serialises");
+                value["received_by"] = json!("the leading process");
+                value["reported_secs_ago"] =
+                    json!(((crate::clock::now_ms() - at).max(0) / 1000) as u64);
+                value
+            }
+            None => json!({"state": "up", "received_by": "the leading process"}),
+        }
     }
 
     /// Set the channel gauges (at each scrape).

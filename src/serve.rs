@@ -86,6 +86,11 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             led,
         },
     );
+    // Followers show the leader's view of the channels it receives for (only PostgreSQL
+    // has followers: SQLite's one process needs no such writes).
+    if crate::coordination::shared_database(&config.storage.url) {
+        channel_tasks.spawn(states.clone().share(app.store.clone(), stopping.clone()));
+    }
     let admin = loaded.secrets.admin_token.clone().map(|token| {
         crate::admin::Admin::new(
             app.store.clone(),
@@ -97,15 +102,17 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             token,
         )
     });
-    // Operator alerts: the leader watches the channels' health and tells (SPEC section 21).
+    // Operator alerts: the leader watches channels, deliveries, the store, MCP servers,
+    // approvals and budgets, and tells (SPEC section 21).
     if config.alerts.any_target() {
-        let alerts = crate::alerts::Alerts {
-            config: config.alerts.clone(),
-            states: states.clone(),
-            store: app.store.clone(),
-            outbox: app.outbox.clone(),
-            webhook_secret: loaded.secrets.alerts_webhook.clone(),
-        };
+        let alerts = crate::alerts::Alerts::new(
+            app.config.clone(),
+            states.clone(),
+            app.store.clone(),
+            app.outbox.clone(),
+            app.mcp.clone(),
+            loaded.secrets.alerts_webhook.clone(),
+        );
         channel_tasks.spawn(alerts.run(role.clone(), stopping.clone()));
     }
     // Beyond loopback the metrics are the operator's too: behind the admin token.

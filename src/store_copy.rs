@@ -23,6 +23,8 @@ const SKIPPED: &[&str] = &[
     "write_probe",
     "session_leases",
     "rate_hits",
+    "alert_incidents",
+    "channel_health",
 ];
 const BATCH: i64 = 1_000;
 

@@ -18,8 +18,14 @@ pub struct AlertsConfig {
     pub command: String,
     /// A channel down this long is an incident.
     pub channel_down_secs: u64,
-    /// A delivery pending this long is an incident.
+    /// Deliveries to a channel failing this long (its oldest waiting message tried and
+    /// refused) is an incident.
     pub delivery_pending_secs: u64,
+    /// The store not writable this long is an incident (told by webhook or command: a chat
+    /// alert needs the store).
+    pub store_down_secs: u64,
+    /// An approval waiting this long for a decision is an incident.
+    pub approval_waiting_secs: u64,
 }
 
 impl Default for AlertsConfig {
@@ -31,6 +37,8 @@ impl Default for AlertsConfig {
             command: String::new(),
             channel_down_secs: 120,
             delivery_pending_secs: 300,
+            store_down_secs: 30,
+            approval_waiting_secs: 300,
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Durable state: sessions, transcripts, the inbound journal and the outbox (SPEC section 11).
 //!
 //! [`Store`] (the sum of one trait per aggregate: journal, leases, sessions, transcripts,
-//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs, usage, approvals, memories) is the only way
+//! outbox, outbox reads, pairing, runs, run steps, tool effects, teams, jobs, usage, approvals, memories,
+//! alert incidents) is the only way
 //! the rest of ferroclaw touches the database. Each aggregate is one file holding its trait
 //! and its SQL, written once and expanded for the SQLite and the PostgreSQL store, so the two
 //! cannot drift apart; both pass one conformance suite (`tests/it/store_conformance.rs`). This module knows rows and
 //! transactions; it does not know channels, models or chat commands.
 
+mod alerts;
 mod approvals;
 mod connect;
 mod effects;
@@ -30,6 +32,7 @@ mod transcripts;
 mod types;
 mod usage;
 
+pub use alerts::{AlertStore, Incident};
 pub use approvals::{
     ApprovalDecision, ApprovalRow, ApprovalRule, ApprovalRuleStore, ApprovalState, ApprovalStore,
     NewApproval, TaintStore,
@@ -101,6 +104,7 @@ pub trait Store:
     + ApprovalRuleStore
     + TaintStore
     + MemoryStore
+    + AlertStore
     + Send
     + Sync
 {

@@ -11,6 +11,7 @@
 mod adapter;
 mod approval;
 pub mod auth;
+pub mod backoff;
 pub mod clock;
 mod command;
 mod deliver;

@@ -4,13 +4,14 @@
 //! long ago that was, against the rule the adapter sets. Connected is not alive: a poll
 //! stuck for hours passes `getMe`, not this.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A channel's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChannelState {
     Up,
@@ -30,18 +31,28 @@ impl ChannelState {
 }
 
 /// What a channel says of itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelHealth {
     pub state: ChannelState,
     /// Seconds since its last completed receive (None: it does not track one).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_receive_age_secs: Option<u64>,
     /// Seconds since the last message came in.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message_age_secs: Option<u64>,
     /// Why it is not up, when the adapter knows (the last error, a conflict).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Times its receiver was started again with a new connection since the service started.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u64,
+    /// The adapter's own counts (a webhook's `callbacks_ok`, `callbacks_failed`).
+    #[serde(default, flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ChannelHealth {
@@ -56,6 +67,8 @@ impl ChannelHealth {
             last_receive_age_secs: None,
             last_message_age_secs: None,
             detail: None,
+            restarts: 0,
+            figures: BTreeMap::new(),
         }
     }
 }
@@ -67,6 +80,7 @@ pub struct Liveness {
     last_receive: AtomicU64,
     last_message: AtomicU64,
     detail: Mutex<Option<String>>,
+    restarts: AtomicU64,
     degraded_after: Duration,
     down_after: Duration,
 }
@@ -80,6 +94,7 @@ impl Liveness {
             last_receive: AtomicU64::new(0),
             last_message: AtomicU64::new(0),
             detail: Mutex::new(None),
+            restarts: AtomicU64::new(0),
             degraded_after,
             down_after,
         }
@@ -105,6 +120,22 @@ impl Liveness {
         *self.detail.lock().expect("liveness lock") = Some(detail);
     }
 
+    /// The receiver was started again with a new client and connection.
+    pub fn restarted(&self) {
+        self.restarts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How long since the last completed receive (since creation before the first).
+    pub fn silent_for(&self) -> Duration {
+        self.age(&self.last_receive)
+            .unwrap_or_else(|| self.born.elapsed())
+    }
+
+    /// The rule's time without a completed receive after which the channel is down.
+    pub fn down_after(&self) -> Duration {
+        self.down_after
+    }
+
     fn age(&self, at: &AtomicU64) -> Option<Duration> {
         match at.load(Ordering::Acquire) {
             0 => None,
@@ -115,7 +146,7 @@ impl Liveness {
     /// The state by the rule; `connected` false is down whatever the times say.
     pub fn health(&self, connected: bool) -> ChannelHealth {
         let receive = self.age(&self.last_receive);
-        let silent = receive.unwrap_or_else(|| self.born.elapsed());
+        let silent = self.silent_for();
         let state = if !connected || silent > self.down_after {
             ChannelState::Down
         } else if silent > self.degraded_after {
@@ -128,6 +159,8 @@ impl Liveness {
             last_receive_age_secs: receive.map(|d| d.as_secs()),
             last_message_age_secs: self.age(&self.last_message).map(|d| d.as_secs()),
             detail: self.detail.lock().expect("liveness lock").clone(),
+            restarts: self.restarts.load(Ordering::Acquire),
+            figures: BTreeMap::new(),
         }
     }
 }
@@ -150,6 +183,7 @@ mod tests {
         assert_eq!(down.state, ChannelState::Down);
         assert_eq!(down.detail.as_deref(), Some("502 Bad Gateway"));
         l.received();
+        l.restarted();
         assert_eq!(
             l.health(true),
             ChannelHealth {
@@ -157,7 +191,15 @@ mod tests {
                 last_receive_age_secs: Some(0),
                 last_message_age_secs: None,
                 detail: None,
+                restarts: 1,
+                figures: BTreeMap::new(),
             }
+        );
+        // What a follower reads back is what the leader wrote.
+        let json = serde_json::to_string(&l.health(true)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<ChannelHealth>(&json).unwrap(),
+            l.health(true)
         );
     }
 }

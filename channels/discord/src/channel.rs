@@ -7,9 +7,9 @@ use crate::errors::{failure, redact};
 use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    ApprovalPrompt, Channel, ChatKind, ChatRoute, Decision, Delivered, DeliveryError, EditError,
-    LiveReplies, LiveUpdate, OutboundKind, OutboundMessage, PieceSender, PreviewLedger,
-    TextDelivery, split,
+    ApprovalPrompt, Channel, ChannelHealth, ChatKind, ChatRoute, Decision, Delivered,
+    DeliveryError, EditError, LiveReplies, LiveUpdate, Liveness, OutboundKind, OutboundMessage,
+    PieceSender, PreviewLedger, TextDelivery, split,
 };
 use serenity::builder::{
     Builder, CreateActionRow, CreateButton, CreateInteractionResponseFollowup, CreateMessage,
@@ -41,6 +41,8 @@ pub struct DiscordChannel {
     /// only (a token is a credential); after a restart the answer is posted as a message.
     interactions: Mutex<HashMap<String, (String, Instant)>>,
     ready: AtomicBool,
+    /// Heartbeats acknowledged and dispatches received (fed by the gateway task).
+    pub(crate) liveness: Liveness,
 }
 
 fn id(text: &str, what: &str) -> Result<u64, DeliveryError> {
@@ -54,6 +56,7 @@ impl DiscordChannel {
         token: String,
         edit_interval: Duration,
         previews: Option<Arc<dyn PreviewLedger>>,
+        liveness: Liveness,
     ) -> Self {
         DiscordChannel {
             http,
@@ -62,6 +65,7 @@ impl DiscordChannel {
             dms: Mutex::new(HashMap::new()),
             interactions: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
+            liveness,
         }
     }
 
@@ -256,6 +260,11 @@ impl Channel for DiscordChannel {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// By acknowledged heartbeats, not by the socket being open: the gateway task notes each.
+    fn health(&self) -> ChannelHealth {
+        self.liveness.health(true)
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {

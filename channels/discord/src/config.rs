@@ -19,6 +19,10 @@ pub struct Config {
     pub allowed_users: Vec<String>,
     pub require_mention_in_guilds: bool,
     pub stream_edit_interval_ms: u64,
+    /// No heartbeat acknowledged (or no connection) this long: `degraded`.
+    pub degraded_after_secs: u64,
+    /// ... and this long: `down`, and the gateway client is started again.
+    pub down_after_secs: u64,
 }
 
 impl Default for Config {
@@ -31,6 +35,9 @@ impl Default for Config {
             allowed_users: Vec::new(),
             require_mention_in_guilds: true,
             stream_edit_interval_ms: 1000,
+            degraded_after_secs: 15,
+            // Discord's heartbeat interval is 41.25 s: two of them missed is down.
+            down_after_secs: 90,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::channel::DiscordChannel;
 use crate::translate::{self, Place};
+use ferroclaw_channel_core::backoff::Backoff;
 use ferroclaw_channel_core::{
     Channel, ChatCommand, ChatKind, DecisionRequest, InboundMessage, Inbox,
 };
@@ -13,7 +14,7 @@ use serenity::all::{
     CreateCommandOption, CreateInteractionResponse, CreateInteractionResponseMessage, EventHandler,
     GatewayIntents, Interaction, Message, Ready, ResumedEvent,
 };
-use serenity::gateway::GatewayError;
+use serenity::gateway::{GatewayError, ShardManager};
 use serenity::http::Http;
 use serenity::model::channel::Channel as DiscordChannelKind;
 use serenity::model::id::{ChannelId, UserId};
@@ -164,6 +165,10 @@ impl EventHandler for Handler {
 
     async fn message(&self, _ctx: Context, message: Message) {
         let shared = &self.0;
+        // A dispatch is proof of receiving; READY and RESUMED are not (a gateway that
+        // resumes and then acknowledges nothing is not alive).
+        shared.channel.liveness.received();
+        shared.channel.liveness.message();
         let Some(me) = shared.me.get().copied() else {
             return;
         };
@@ -225,31 +230,90 @@ impl EventHandler for Handler {
 }
 
 /// The gateway connection, until `cancel`: who we are, then serenity's client, started
-/// again (with back-off) if it ever gives up.
+/// again (with back-off and jitter) if it gives up or stays down by the liveness rule.
 pub(crate) async fn run(shared: Arc<Shared>) {
     let cancel = shared.cancel.clone();
-    let mut wait = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
     loop {
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = connect_once(&shared) => r,
         };
         shared.channel.set_ready(false);
+        let liveness = &shared.channel.liveness;
+        // A client that worked a while ago starts again at the shortest wait.
+        if liveness.silent_for() < liveness.down_after() {
+            backoff.reset();
+        }
+        backoff.failed();
+        let mut wait = backoff.delay();
         match result {
             Ok(()) => return,
             Err(Stop::Refused(line)) => {
                 tracing::error!("{line}");
-                wait = Duration::from_secs(60).max(wait);
+                liveness.trouble(line);
+                wait = wait.max(Duration::from_secs(60));
             }
             Err(Stop::Failed(e)) => {
-                tracing::warn!(error = %e, "discord connection failed; retrying")
+                tracing::warn!(error = %e, "discord connection failed; retrying");
+                liveness.trouble(e);
+            }
+            Err(Stop::Dead(why)) => {
+                tracing::warn!("{why}; starting a new gateway client");
+                liveness.trouble(why);
+                liveness.restarted();
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        wait = (wait * 2).min(Duration::from_secs(300));
+    }
+}
+
+/// Watch the shard: readiness from its connection stage, liveness from acknowledged
+/// heartbeats (serenity's latency is known only while the last heartbeat is acknowledged).
+/// Returns the reason once the rule says the connection is down.
+async fn watch(shards: &ShardManager, channel: &DiscordChannel) -> String {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut last_stage = None;
+    let started = std::time::Instant::now();
+    loop {
+        tick.tick().await;
+        let (stage, acknowledged) = match shards.runners.lock().await.values().next() {
+            Some(r) => (Some(r.stage), r.latency.is_some()),
+            None => (None, false),
+        };
+        let connected = stage == Some(ConnectionStage::Connected);
+        if connected != channel.is_ready() {
+            tracing::info!(connected, "discord gateway connection changed");
+        }
+        channel.set_ready(connected);
+        let liveness = &channel.liveness;
+        if connected && acknowledged {
+            liveness.received();
+        } else if let Some(stage) = stage.filter(|_| !connected) {
+            let why = if last_stage == Some(ConnectionStage::Resuming)
+                && stage == ConnectionStage::Identifying
+            {
+                "Discord invalidated the session; identifying again".to_string()
+            } else {
+                format!("gateway {stage}")
+            };
+            liveness.trouble(why);
+        } else if connected && liveness.silent_for() > Duration::from_secs(1) {
+            liveness.trouble("heartbeat not acknowledged".into());
+        }
+        last_stage = stage;
+        let silent = liveness.silent_for();
+        // A new client gets the rule's whole time to come up.
+        if silent > liveness.down_after() && started.elapsed() > liveness.down_after() {
+            return format!(
+                "no heartbeat acknowledged for {} s (stage: {})",
+                silent.as_secs(),
+                stage.map_or("none".to_string(), |s| s.to_string())
+            );
+        }
     }
 }
 
@@ -257,6 +321,8 @@ enum Stop {
     /// Discord refused us for a reason only the operator can fix.
     Refused(String),
     Failed(String),
+    /// Down by the liveness rule: the client is dropped and a new one started.
+    Dead(String),
 }
 
 async fn connect_once(shared: &Arc<Shared>) -> Result<(), Stop> {
@@ -277,30 +343,15 @@ async fn connect_once(shared: &Arc<Shared>) -> Result<(), Stop> {
         .map_err(|e| Stop::Failed(redact(e)))?;
     let shards = client.shard_manager.clone();
     let stopped = shared.cancel.clone();
-    // Readiness is the shard's own connection stage: serenity restarts a shard it could not
-    // resume without telling the event handler, so the stage is read rather than awaited.
-    let readiness = async {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tick.tick().await;
-            let connected = shards
-                .runners
-                .lock()
-                .await
-                .values()
-                .any(|r| r.stage == ConnectionStage::Connected);
-            if connected != shared.channel.is_ready() {
-                tracing::info!(connected, "discord gateway connection changed");
-            }
-            shared.channel.set_ready(connected);
-        }
-    };
     tokio::select! {
         _ = stopped.cancelled() => {
             shards.shutdown_all().await;
             Ok(())
         }
-        () = readiness => Ok(()),
+        why = watch(&shards, &shared.channel) => {
+            shards.shutdown_all().await;
+            Err(Stop::Dead(why))
+        }
         r = client.start() => match r {
             Ok(()) => Err(Stop::Failed("the gateway connection ended".into())),
             Err(serenity::Error::Gateway(GatewayError::DisallowedGatewayIntents)) => Err(Stop::Refused(

@@ -87,6 +87,10 @@ impl Config {
             token.clone(),
             Duration::from_millis(self.stream_edit_interval_ms),
             cx.previews,
+            ferroclaw_channel_core::Liveness::new(
+                Duration::from_secs(self.degraded_after_secs),
+                Duration::from_secs(self.down_after_secs.max(self.degraded_after_secs)),
+            ),
         ));
         Ok(Built {
             channels: vec![channel.clone()],

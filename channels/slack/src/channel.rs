@@ -10,8 +10,9 @@ use crate::format::{LIMIT, mrkdwn};
 use crate::translate::CHANNEL;
 use async_trait::async_trait;
 use ferroclaw_channel_core::{
-    ApprovalPrompt, Channel, ChatRoute, Decision, Delivered, DeliveryError, EditError, FetchError,
-    LiveReplies, LiveUpdate, OutboundMessage, PieceSender, PreviewLedger, TextDelivery, split,
+    ApprovalPrompt, Channel, ChannelHealth, ChatRoute, Decision, Delivered, DeliveryError,
+    EditError, FetchError, LiveReplies, LiveUpdate, Liveness, OutboundMessage, PieceSender,
+    PreviewLedger, TextDelivery, split,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub struct SlackChannel {
     pub(crate) api: Arc<WebApi>,
     text: TextDelivery<String>,
     ready: AtomicBool,
+    /// Socket Mode's frames and pongs (None: the Events API, whose requests come to us).
+    pub(crate) liveness: Option<Liveness>,
 }
 
 /// Where a route's messages go: its channel, and its thread when it has one.
@@ -64,11 +67,13 @@ impl SlackChannel {
         api: Arc<WebApi>,
         edit_interval: Duration,
         previews: Option<Arc<dyn PreviewLedger>>,
+        liveness: Option<Liveness>,
     ) -> Self {
         SlackChannel {
             api,
             text: TextDelivery::new(LiveReplies::new(CHANNEL, previews), edit_interval),
             ready: AtomicBool::new(false),
+            liveness,
         }
     }
 
@@ -211,6 +216,13 @@ impl Channel for SlackChannel {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn health(&self) -> ChannelHealth {
+        match &self.liveness {
+            Some(liveness) => liveness.health(self.is_ready()),
+            None => ChannelHealth::connected(self.is_ready()),
+        }
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {

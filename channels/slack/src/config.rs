@@ -39,6 +39,9 @@ pub struct Config {
     /// At most one `chat.update` of a streamed reply per interval (Slack's tier 3 allows
     /// about one a second per channel).
     pub stream_edit_interval_ms: u64,
+    /// Socket Mode: the connection is pinged this often; silent for two pings it is
+    /// degraded, for three down (and replaced by a new connection).
+    pub ping_interval_secs: u64,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             access: AccessMode::Pairing,
             allowed_users: Vec::new(),
             stream_edit_interval_ms: 1000,
+            ping_interval_secs: 10,
         }
     }
 }

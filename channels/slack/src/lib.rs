@@ -77,6 +77,11 @@ impl Config {
             api.clone(),
             Duration::from_millis(self.stream_edit_interval_ms),
             cx.previews,
+            // Socket Mode is pinged every interval: late after two, down after three.
+            (self.mode == Mode::Socket).then(|| {
+                let ping = Duration::from_secs(self.ping_interval_secs.max(1));
+                ferroclaw_channel_core::Liveness::new(ping * 2, ping * 3)
+            }),
         ));
         Ok(Built {
             channels: vec![channel.clone()],
@@ -91,6 +96,7 @@ impl Config {
                 api,
                 channel,
                 require_mention: self.require_mention,
+                ping_every: Duration::from_secs(self.ping_interval_secs.max(1)),
                 receiving,
             }),
         })
@@ -107,6 +113,7 @@ struct SlackReceiver {
     api: Arc<api::WebApi>,
     channel: Arc<SlackChannel>,
     require_mention: bool,
+    ping_every: Duration,
     receiving: Inlet,
 }
 
@@ -129,6 +136,7 @@ impl Receiver for SlackReceiver {
                     channel: self.channel.clone(),
                     app_token: app_token.clone(),
                     shutdown: cx.shutdown,
+                    ping_every: self.ping_every,
                 };
                 Receiving {
                     router: None,

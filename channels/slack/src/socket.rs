@@ -2,10 +2,13 @@
 //! `hello`, then envelopes — each acknowledged with its `envelope_id` only once its payload
 //! is journalled (an unacknowledged one is redelivered by Slack). A `disconnect` (a refresh,
 //! or a warning before one) opens the next connection first and closes the old one after,
-//! so nothing is missed in between; a dropped connection is opened again with backoff.
+//! so nothing is missed in between; a dropped connection is opened again with backoff and
+//! jitter. The connection is pinged every `ping_interval_secs`: one that has sent nothing
+//! (not even a pong) for three of them is down, and is dropped for a new one.
 
 use crate::channel::SlackChannel;
 use crate::ingress::{Ingress, PayloadKind};
+use ferroclaw_channel_core::backoff::Backoff;
 use futures::{SinkExt, StreamExt};
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -19,13 +22,14 @@ type Socket =
 
 /// How long a new connection may take to say `hello`.
 const HELLO: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct SocketMode {
     pub ingress: Arc<Ingress>,
     pub channel: Arc<SlackChannel>,
     pub app_token: SecretString,
     pub shutdown: CancellationToken,
+    /// How often the open connection is pinged (any frame back counts as alive).
+    pub ping_every: Duration,
 }
 
 /// How one connection ended.
@@ -38,7 +42,7 @@ enum Ended {
 
 impl SocketMode {
     pub async fn run(self) {
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         let mut next: Option<Socket> = None;
         loop {
             let socket = match next.take() {
@@ -52,6 +56,7 @@ impl SocketMode {
                         Ok(socket) => socket,
                         Err(why) => {
                             tracing::warn!(error = %why, "Slack Socket Mode connection failed; retrying");
+                            self.trouble(why);
                             if self.pause(&mut backoff).await {
                                 return;
                             }
@@ -61,7 +66,10 @@ impl SocketMode {
                 }
             };
             self.channel.set_ready(true);
-            backoff = Duration::from_secs(1);
+            if let Some(liveness) = &self.channel.liveness {
+                liveness.received();
+            }
+            backoff.reset();
             match self.serve(socket).await {
                 Ended::Refreshed(socket) => next = Some(*socket),
                 Ended::Shutdown => {
@@ -71,6 +79,7 @@ impl SocketMode {
                 Ended::Dropped(why) => {
                     self.channel.set_ready(false);
                     tracing::warn!(error = %why, "Slack Socket Mode connection dropped; reconnecting");
+                    self.trouble(why);
                     if self.pause(&mut backoff).await {
                         return;
                     }
@@ -79,11 +88,16 @@ impl SocketMode {
         }
     }
 
-    /// Wait out the backoff (doubled for next time, with jitter); true when shutting down.
-    async fn pause(&self, backoff: &mut Duration) -> bool {
-        let jitter = Duration::from_millis(u64::from(std::process::id() % 250));
-        let wait = *backoff + jitter;
-        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    fn trouble(&self, why: String) {
+        if let Some(liveness) = &self.channel.liveness {
+            liveness.trouble(why);
+        }
+    }
+
+    /// Wait out the backoff (longer each time, with jitter); true when shutting down.
+    async fn pause(&self, backoff: &mut Backoff) -> bool {
+        backoff.failed();
+        let wait = backoff.delay();
         tokio::select! {
             _ = self.shutdown.cancelled() => true,
             _ = tokio::time::sleep(wait) => false,
@@ -123,14 +137,41 @@ impl SocketMode {
     }
 
     async fn serve(&self, mut socket: Socket) -> Ended {
+        let mut ping = tokio::time::interval(self.ping_every);
+        ping.tick().await;
+        let liveness = self.channel.liveness.as_ref();
         loop {
             let frame = tokio::select! {
                 _ = self.shutdown.cancelled() => {
                     let _ = socket.close(None).await;
                     return Ended::Shutdown;
                 }
+                _ = ping.tick() => {
+                    if let Some(liveness) = liveness
+                        && liveness.silent_for() > liveness.down_after()
+                    {
+                        liveness.restarted();
+                        return Ended::Dropped(format!(
+                            "nothing from Slack for {} s (not even a pong); opening a new connection",
+                            liveness.silent_for().as_secs()
+                        ));
+                    }
+                    // Sent without waiting on a stuck peer for long.
+                    let sent = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        socket.send(Message::Ping(Vec::new().into())),
+                    )
+                    .await;
+                    if let Ok(Err(e)) = sent {
+                        return Ended::Dropped(format!("ping failed: {e}"));
+                    }
+                    continue;
+                }
                 frame = socket.next() => frame,
             };
+            if let (Some(liveness), Some(Ok(_))) = (liveness, &frame) {
+                liveness.received();
+            }
             let text = match frame {
                 Some(Ok(Message::Text(text))) => text,
                 Some(Ok(Message::Close(_))) | None => return Ended::Dropped("closed".into()),
@@ -167,6 +208,9 @@ impl SocketMode {
                     continue;
                 }
             };
+            if let Some(liveness) = liveness {
+                liveness.message();
+            }
             match self.ingress.handle(kind, &envelope["payload"]).await {
                 Ok(()) => {
                     if let Err(e) = ack(&mut socket, id).await {

@@ -2,7 +2,6 @@
 //! has it) or the webhook route (answers 200 only after the inbox has it; checks Telegram's
 //! secret-token header in constant time).
 
-use crate::backoff::Backoff;
 use crate::channel::TelegramChannel;
 use crate::{Mode, Settings, translate};
 use axum::Router;
@@ -11,23 +10,27 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use ferroclaw_channel_core::backoff::Backoff;
 use ferroclaw_channel_core::{ChatKind, DecisionRequest, InboundMessage, Inbox};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use teloxide::RequestError;
 use teloxide::prelude::*;
 use teloxide::types::{AllowedUpdate, BotCommand, CallbackQueryId, Me, Update};
+use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 
 pub const WEBHOOK_PATH: &str = "/v1/telegram/webhook";
 
+/// Makes the bot `getUpdates` uses: on a client whose timeout outlasts the long poll, new
+/// each time the receiver is restarted (None: the client could not be built).
+pub(crate) type NewBot = Arc<dyn Fn() -> Option<Bot> + Send + Sync>;
+
 pub(crate) struct Shared {
     pub(crate) bot: Bot,
-    /// The same bot on a client whose timeout outlasts the long poll (`getUpdates` only).
-    pub(crate) poll_bot: Bot,
+    pub(crate) new_poll_bot: NewBot,
     pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) me: OnceLock<Me>,
     pub(crate) webhook_secret: String,
@@ -189,35 +192,54 @@ async fn connect(shared: &Shared, cancel: &CancellationToken) -> Option<Me> {
     Some(me)
 }
 
-/// Consecutive failed polls after which the channel reports not ready.
-const FAILURES_BEFORE_NOT_READY: u32 = 3;
+/// Consecutive failed polls after which the channel reports not ready and the receiver is
+/// started again on a new client.
+const FAILURES_BEFORE_RESTART: u32 = 3;
+
+/// Why a poll did not complete, in words for the operator (no secret: redacted).
+fn poll_trouble(shared: &Shared, e: &RequestError) -> String {
+    match e {
+        RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => {
+            "409 Conflict: another process is polling this bot token (stop it, or use one \
+             instance per token)"
+                .to_string()
+        }
+        e => shared.channel.redact(e.to_string()),
+    }
+}
 
 async fn poll(shared: &Shared, cancel: &CancellationToken) {
     if let Err(e) = shared.bot.delete_webhook().await {
         tracing::warn!(error = %shared.channel.redact(e.to_string()), "deleteWebhook failed");
     }
+    let Some(mut poll_bot) = (shared.new_poll_bot)() else {
+        tracing::error!("cannot build the Telegram polling client");
+        return;
+    };
     // Connected and polling: a quiet bot is a healthy bot.
     shared.channel.ready.store(true, Ordering::Release);
     let me = shared.me.get().expect("set before polling").clone();
     let timeout = shared.settings.poll_timeout.as_secs() as u32;
+    let liveness = shared.channel.liveness.as_ref();
+    // A poll that has not come back by the time the channel counts as down is abandoned.
+    let watchdog = liveness.map_or(shared.settings.poll_timeout * 3, |l| l.down_after());
     let mut offset: i32 = 0;
     let mut backoff = Backoff::default();
     loop {
-        let request = shared
-            .poll_bot
+        let request = poll_bot
             .get_updates()
             .offset(offset)
             .timeout(timeout)
             .allowed_updates(vec![AllowedUpdate::Message, AllowedUpdate::CallbackQuery]);
         let result = tokio::select! {
             _ = cancel.cancelled() => break,
-            r = request.send() => r,
+            r = tokio::time::timeout(watchdog, request.send()) => r,
         };
-        let pause = match result {
-            Ok(updates) => {
+        let (why, restart) = match result {
+            Ok(Ok(updates)) => {
                 backoff.reset();
                 shared.channel.ready.store(true, Ordering::Release);
-                if let Some(liveness) = &shared.channel.liveness {
+                if let Some(liveness) = liveness {
                     liveness.received();
                     if !updates.is_empty() {
                         liveness.message();
@@ -238,21 +260,51 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
                 }
                 continue;
             }
-            Err(RequestError::RetryAfter(seconds)) => seconds.duration(),
-            Err(e) => {
+            Ok(Err(RequestError::RetryAfter(seconds))) => {
+                // Pacing, not failure.
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(seconds.duration()) => {}
+                }
+                continue;
+            }
+            Ok(Err(e)) => {
+                let conflict =
+                    matches!(e, RequestError::Api(ApiError::TerminatedByOtherGetUpdates));
                 let failures = backoff.failed();
-                let why = shared.channel.redact(e.to_string());
-                tracing::warn!(error = %why, failures, "getUpdates failed");
-                if let Some(liveness) = &shared.channel.liveness {
-                    // A 409 says another process polls this token: shown, not retried in silence.
-                    liveness.trouble(why);
-                }
-                if failures >= FAILURES_BEFORE_NOT_READY {
-                    shared.channel.ready.store(false, Ordering::Release);
-                }
-                backoff.delay()
+                // A conflict is another poller, which a new connection does not cure.
+                (
+                    poll_trouble(shared, &e),
+                    !conflict && failures >= FAILURES_BEFORE_RESTART,
+                )
+            }
+            Err(_) => {
+                backoff.failed();
+                (
+                    format!(
+                        "no long poll completed for {} s (connected, no answer)",
+                        watchdog.as_secs()
+                    ),
+                    true,
+                )
             }
         };
+        tracing::warn!(error = %why, failures = backoff.failures(), "getUpdates failed");
+        if let Some(liveness) = liveness {
+            // Shown until a poll completes: never retried in silence.
+            liveness.trouble(why);
+        }
+        if backoff.failures() >= FAILURES_BEFORE_RESTART {
+            shared.channel.ready.store(false, Ordering::Release);
+        }
+        if restart && let Some(fresh) = (shared.new_poll_bot)() {
+            tracing::warn!("restarting the Telegram receiver on a new connection");
+            poll_bot = fresh;
+            if let Some(liveness) = liveness {
+                liveness.restarted();
+            }
+        }
+        let pause = backoff.delay();
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}

@@ -7,7 +7,6 @@
 //! webhook answers 200, after the journal has it), so a crash neither loses nor repeats one.
 //! Access control is not decided here: ferroclaw's ingress applies it to every channel.
 
-mod backoff;
 mod channel;
 mod config;
 mod format;
@@ -120,8 +119,15 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
     let token = settings.token.expose_secret().to_string();
     let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
     // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
-    let poll_bot = Bot::with_client(token.clone(), client(settings.poll_timeout + POLL_MARGIN)?)
-        .set_api_url(url);
+    let poll_timeout = settings.poll_timeout + POLL_MARGIN;
+    client(poll_timeout)?;
+    let poll_token = token.clone();
+    // A receiver restarted after it went down gets a new client (new connections).
+    let new_poll_bot: ingress::NewBot = Arc::new(move || {
+        client(poll_timeout)
+            .ok()
+            .map(|c| Bot::with_client(poll_token.clone(), c).set_api_url(url.clone()))
+    });
     // A poll returns at least every `poll_timeout`: late after that and 5 s more, down when
     // none completed for three of them (SPEC section 21).
     let liveness = (settings.mode == Mode::Polling).then(|| {
@@ -142,7 +148,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
         access: vec![(CHANNEL.to_string(), settings.access.clone())],
         receiver: Box::new(Updates {
             bot,
-            poll_bot,
+            new_poll_bot,
             webhook_secret: ingress::webhook_secret(&token),
             settings,
             channel,
@@ -153,7 +159,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
 /// The receiving side, until it starts.
 struct Updates {
     bot: Bot,
-    poll_bot: Bot,
+    new_poll_bot: ingress::NewBot,
     webhook_secret: String,
     settings: Settings,
     channel: Arc<TelegramChannel>,
@@ -173,7 +179,7 @@ impl Receiver for Updates {
         let webhook = matches!(self.settings.mode, Mode::Webhook { .. });
         let shared = Arc::new(ingress::Shared {
             bot: self.bot.clone(),
-            poll_bot: self.poll_bot.clone(),
+            new_poll_bot: self.new_poll_bot.clone(),
             inbox: cx.inbox,
             me: OnceLock::new(),
             webhook_secret: self.webhook_secret.clone(),

@@ -2,8 +2,12 @@
 
 use crate::{SignatureScheme, Signing};
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, Delivered, DeliveryError, OutboundMessage};
+use ferroclaw_channel_core::{
+    Channel, ChannelHealth, ChannelState, Delivered, DeliveryError, OutboundMessage,
+};
 use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub struct WebhookChannel {
@@ -13,6 +17,34 @@ pub struct WebhookChannel {
     /// Where the client comes from, asked on each delivery (the service's is built then, not
     /// at start-up).
     http: fn() -> reqwest::Client,
+    calls: Calls,
+}
+
+/// How the callbacks went (what `health` shows).
+#[derive(Default)]
+struct Calls {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    /// Failures since the last success.
+    failing: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Calls {
+    fn went(&self, result: &Result<Delivered, DeliveryError>) {
+        match result {
+            Ok(_) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+                self.failing.store(0, Ordering::Relaxed);
+                *self.last_error.lock().expect("calls lock") = None;
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.failing.fetch_add(1, Ordering::Relaxed);
+                *self.last_error.lock().expect("calls lock") = Some(e.to_string());
+            }
+        }
+    }
 }
 
 impl WebhookChannel {
@@ -28,6 +60,7 @@ impl WebhookChannel {
             signing,
             callback_url: (!callback_url.is_empty()).then(|| callback_url.to_string()),
             http,
+            calls: Calls::default(),
         }
     }
 }
@@ -77,12 +110,51 @@ impl Channel for WebhookChannel {
         &self.name
     }
 
+    /// Up while callbacks go through; degraded while they fail (never down: requests still
+    /// come in, and the deliveries alert tells of the failing callbacks).
+    fn health(&self) -> ChannelHealth {
+        let mut health = ChannelHealth::connected(true);
+        if self.callback_url.is_none() {
+            return health;
+        }
+        let calls = &self.calls;
+        if calls.failing.load(Ordering::Relaxed) > 0 {
+            health.state = ChannelState::Degraded;
+            health.detail = calls.last_error.lock().expect("calls lock").clone();
+        }
+        for (name, count) in [
+            ("callbacks_ok", &calls.ok),
+            ("callbacks_failed", &calls.failed),
+            ("callbacks_failing", &calls.failing),
+        ] {
+            health
+                .figures
+                .insert(name.to_string(), count.load(Ordering::Relaxed));
+        }
+        health
+    }
+
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
+        let Some(url) = &self.callback_url else {
+            return Ok(Delivered {
+                platform_message_id: Some(message.id.to_string()),
+            });
+        };
+        let result = self.call_back(url, message).await;
+        self.calls.went(&result);
+        result
+    }
+}
+
+impl WebhookChannel {
+    /// One signed POST of `message` to the callback URL.
+    async fn call_back(
+        &self,
+        url: &str,
+        message: &OutboundMessage,
+    ) -> Result<Delivered, DeliveryError> {
         let delivered = Delivered {
             platform_message_id: Some(message.id.to_string()),
-        };
-        let Some(url) = &self.callback_url else {
-            return Ok(delivered);
         };
         let body = serde_json::to_vec(&payload(message, true)).expect("JSON values serialise");
         let timestamp = ferroclaw_channel_core::clock::now_secs();

@@ -71,6 +71,10 @@ struct Inner {
     interaction_channels: Mutex<HashMap<String, u64>>,
     /// New gateway connections are refused (Discord unreachable).
     gateway_down: AtomicBool,
+    /// The interval HELLO announces, in ms (0: Discord's own 41250).
+    heartbeat_interval: AtomicU64,
+    /// Heartbeats are read and never acknowledged (a gateway that stopped answering).
+    withhold_acks: AtomicBool,
 }
 
 pub struct DiscordStandIn {
@@ -176,6 +180,17 @@ impl DiscordStandIn {
             .unwrap()
             .insert(format!("itoken-{id}"), channel);
         self.dispatch("INTERACTION_CREATE", d);
+    }
+
+    /// The heartbeat interval HELLO announces to new connections (Discord's is 41.25 s; a
+    /// client must follow whatever the server says).
+    pub fn heartbeat_interval_ms(&self, ms: u64) {
+        self.inner.heartbeat_interval.store(ms, Ordering::SeqCst);
+    }
+
+    /// Stop (or start again) acknowledging heartbeats, on every connection.
+    pub fn withhold_acks(&self, on: bool) {
+        self.inner.withhold_acks.store(on, Ordering::SeqCst);
     }
 
     /// Drop the gateway connection without a close frame (as a network fault does).
@@ -351,7 +366,11 @@ async fn gateway(State(inner): State<Arc<Inner>>, ws: WebSocketUpgrade) -> Respo
 
 async fn connection(inner: Arc<Inner>, mut socket: WebSocket) {
     inner.connections.fetch_add(1, Ordering::SeqCst);
-    let hello = json!({"op": 10, "d": {"heartbeat_interval": 41250}}).to_string();
+    let interval = match inner.heartbeat_interval.load(Ordering::SeqCst) {
+        0 => 41250,
+        ms => ms,
+    };
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": interval}}).to_string();
     if socket.send(WsMessage::Text(hello.into())).await.is_err() {
         return;
     }
@@ -376,6 +395,7 @@ async fn connection(inner: Arc<Inner>, mut socket: WebSocket) {
                 };
                 let payload: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
                 match payload["op"].as_u64() {
+                    Some(1) if inner.withhold_acks.load(Ordering::SeqCst) => {}
                     Some(1) => {
                         let ack = json!({"op": 11}).to_string();
                         if socket.send(WsMessage::Text(ack.into())).await.is_err() {

@@ -64,6 +64,9 @@ struct Inner {
     shares: Mutex<Vec<Value>>,
     files: Mutex<HashMap<String, Vec<u8>>>,
     base: Mutex<String>,
+    /// Open connections neither read nor write (pings unanswered) until thawed.
+    frozen: std::sync::atomic::AtomicBool,
+    thaw: tokio::sync::Notify,
 }
 
 pub struct SlackStandIn {
@@ -163,6 +166,15 @@ impl SlackStandIn {
     pub fn drop_connection(&self) {
         if let Some(socket) = self.inner.socket.lock().unwrap().take() {
             let _ = socket.send(Message::Close(None));
+        }
+    }
+
+    /// Keep the open connections open but silent: nothing read, nothing sent, no pong (a
+    /// stuck peer); off: they go on.
+    pub fn freeze(&self, on: bool) {
+        self.inner.frozen.store(on, Ordering::SeqCst);
+        if !on {
+            self.inner.thaw.notify_waiters();
         }
     }
 
@@ -423,6 +435,13 @@ async fn connection(inner: Arc<Inner>, mut ws: WebSocket) {
         let _ = ws.send(Message::Text(envelope.to_string().into())).await;
     }
     loop {
+        while inner.frozen.load(Ordering::SeqCst) {
+            let thawed = inner.thaw.notified();
+            if !inner.frozen.load(Ordering::SeqCst) {
+                break;
+            }
+            thawed.await;
+        }
         tokio::select! {
             out = rx.recv() => match out {
                 Some(Message::Close(_)) | None => break,

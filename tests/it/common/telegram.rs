@@ -6,11 +6,12 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,6 +47,11 @@ struct Inner {
     /// Long polls are accepted and never answered (until switched off).
     hang_polls: AtomicBool,
     unhang: Notify,
+    /// Long polls answer this status at once (502 as nginx's HTML page, 409 as the Bot
+    /// API's conflict), until switched off (0).
+    fail_polls: std::sync::atomic::AtomicU16,
+    /// The client address of every `getUpdates` as it arrived (a new port: a new connection).
+    poll_peers: Mutex<Vec<SocketAddr>>,
     edit_retry_after: Mutex<VecDeque<u64>>,
     wrong_token: Mutex<Vec<String>>,
     /// file id → (file path, bytes), for `getFile` and `/file/bot<TOKEN>/<path>`.
@@ -62,7 +68,14 @@ impl TelegramStandIn {
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap()
+        });
         TelegramStandIn { url, inner }
     }
 
@@ -116,6 +129,21 @@ impl TelegramStandIn {
         if !on {
             self.inner.unhang.notify_waiters();
         }
+    }
+
+    /// Answer every long poll with `status` (502: nginx's HTML page, as when Telegram's
+    /// front end is down; 409: another poller on this token); 0 switches it off.
+    pub fn fail_polls(&self, status: u16) {
+        self.inner.fail_polls.store(status, Ordering::SeqCst);
+    }
+
+    /// How many client connections (ports) have sent `getUpdates` so far.
+    pub fn poll_connections(&self) -> usize {
+        let peers = self.inner.poll_peers.lock().unwrap();
+        let mut seen: Vec<&SocketAddr> = peers.iter().collect();
+        seen.sort();
+        seen.dedup();
+        seen.len()
     }
 
     pub fn reject_html(&self, on: bool) {
@@ -236,6 +264,7 @@ fn message(id: i64, chat: i64, text: &str, thread: Option<&Value>) -> Value {
 
 async fn handle(
     State(inner): State<Arc<Inner>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -267,6 +296,9 @@ async fn handle(
     } else {
         serde_json::from_str(&raw).unwrap_or(json!({}))
     };
+    if method == "getupdates" {
+        inner.poll_peers.lock().unwrap().push(peer);
+    }
     let response = answer(&inner, &method, &params).await;
     inner.calls.lock().unwrap().push(Call {
         method,
@@ -325,6 +357,25 @@ async fn answer(inner: &Inner, method: &str, params: &Value) -> Response {
             ok(m)
         }
         "getupdates" => {
+            match inner.fail_polls.load(Ordering::SeqCst) {
+                0 => {}
+                409 => {
+                    return fail(
+                        409,
+                        "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+                        None,
+                    );
+                }
+                status => {
+                    let page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n</body>\r\n</html>\r\n";
+                    return (
+                        StatusCode::from_u16(status).unwrap(),
+                        [("content-type", "text/html")],
+                        page,
+                    )
+                        .into_response();
+                }
+            }
             while inner.hang_polls.load(Ordering::SeqCst) {
                 let unhung = inner.unhang.notified();
                 if !inner.hang_polls.load(Ordering::SeqCst) {

@@ -1,26 +1,17 @@
-//! Operator alerts (SPEC section 21): a channel down for `alerts.channel_down_secs` is an
-//! incident; its one alert goes to the first chat of `alerts.chats` whose channel is up (an
-//! alert never waits on the channel that is down), to `alerts.webhook_url` (signed like
-//! webhook callbacks) and to `alerts.command`; one "resolved" follows when the channel is up
-//! again. Only the leading process tells, so several instances send each alert once. Knows
-//! channel health and the outbox; not how a channel measures itself.
+//! Telling the operator: one alert to the first configured chat whose channel is not down
+//! (and is not the one the alert is about), to the signed webhook and to the command. Knows
+//! the targets; not when to tell.
 
 use crate::config::AlertsConfig;
-use crate::coordination::Role;
 use crate::health::ChannelStates;
 use crate::outbox::OutboxNotifier;
 use crate::storage::{NewOutbound, Store};
-use ferroclaw_channel_core::{ChannelHealth, ChannelState, ChatKind, ChatRoute, OutboundKind};
+use ferroclaw_channel_core::{ChannelState, ChatKind, ChatRoute, OutboundKind};
 use secrecy::{ExposeSecret, SecretString};
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
+use std::time::Duration;
 
-/// How often health is looked at.
-const TICK: Duration = Duration::from_secs(1);
-
-pub struct Alerts {
+pub(super) struct Targets {
     pub config: AlertsConfig,
     pub states: ChannelStates,
     pub store: Arc<dyn Store>,
@@ -28,65 +19,14 @@ pub struct Alerts {
     pub webhook_secret: Option<SecretString>,
 }
 
-/// A channel that is down, since when, and whether it was told.
-struct Incident {
-    since: Instant,
-    alerted: bool,
-}
-
-impl Alerts {
-    /// Watch until `stop`; tell only while this process leads.
-    pub async fn run(self, role: tokio::sync::watch::Receiver<Role>, stop: CancellationToken) {
-        let down_after = Duration::from_secs(self.config.channel_down_secs);
-        let mut open: HashMap<String, Incident> = HashMap::new();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(TICK) => {}
-            }
-            if *role.borrow() != Role::Leader {
-                open.clear();
-                continue;
-            }
-            let snapshot = self.states.snapshot();
-            for (name, health) in &snapshot {
-                let Some(health) = health else { continue };
-                if health.state == ChannelState::Down {
-                    let incident = open.entry(name.clone()).or_insert(Incident {
-                        since: Instant::now(),
-                        alerted: false,
-                    });
-                    if !incident.alerted && incident.since.elapsed() >= down_after {
-                        incident.alerted = true;
-                        let text = down_text(name, health, incident.since.elapsed());
-                        self.tell(&snapshot, name, "down", &text).await;
-                    }
-                } else if let Some(incident) = open.remove(name)
-                    && incident.alerted
-                {
-                    let text = format!(
-                        "✅ resolved: {name} is {} again (down for {} s)",
-                        health.state.as_str(),
-                        incident.since.elapsed().as_secs()
-                    );
-                    self.tell(&snapshot, name, "resolved", &text).await;
-                }
-            }
-        }
-    }
-
-    /// Send one alert about `about` to every kind of target configured.
-    async fn tell(
-        &self,
-        snapshot: &[(String, Option<ChannelHealth>)],
-        about: &str,
-        state: &str,
-        text: &str,
-    ) {
-        tracing::warn!(channel = about, state, "{text}");
-        self.to_chat(snapshot, about, text).await;
+impl Targets {
+    /// Send one alert (`state`: "down" or "failing", or "resolved") about `key`.
+    pub(super) async fn tell(&self, key: &str, state: &str, text: &str) {
+        tracing::warn!(incident = key, state, "{text}");
+        let about = super::conditions::channel_of(key);
+        self.to_chat(about, text).await;
         let body = serde_json::json!({
-            "kind": "alert", "channel": about, "state": state, "text": text,
+            "kind": "alert", "key": key, "channel": about, "state": state, "text": text,
             "at": crate::clock::now_ms(),
         })
         .to_string();
@@ -98,15 +38,16 @@ impl Alerts {
         }
     }
 
-    /// The first configured chat whose channel is known and not down.
-    async fn to_chat(&self, snapshot: &[(String, Option<ChannelHealth>)], about: &str, text: &str) {
+    /// The first configured chat whose channel is known, not down and not `about`.
+    async fn to_chat(&self, about: Option<&str>, text: &str) {
+        let snapshot = self.states.snapshot();
         for target in &self.config.chats {
             let Some((channel, chat)) = target.rsplit_once(':') else {
                 continue;
             };
             let usable = snapshot.iter().any(|(name, health)| {
                 name == channel
-                    && channel != about
+                    && Some(channel) != about
                     && health
                         .as_ref()
                         .is_none_or(|h| h.state != ChannelState::Down)
@@ -185,13 +126,4 @@ impl Alerts {
             _ => tracing::warn!("the alert command did not finish within 30 s"),
         }
     }
-}
-
-fn down_text(name: &str, health: &ChannelHealth, down_for: Duration) -> String {
-    let why = match (&health.detail, health.last_receive_age_secs) {
-        (Some(detail), _) => detail.clone(),
-        (None, Some(age)) => format!("nothing received for {age} s"),
-        (None, None) => "not connected".to_string(),
-    };
-    format!("🔴 {name} is down ({why}) for {} s", down_for.as_secs())
 }

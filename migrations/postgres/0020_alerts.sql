@@ -1,0 +1,17 @@
+-- Operator alerts (SPEC section 21). One row per open incident (`key`: "channel:telegram",
+-- "deliveries:discord", "store", "mcp:files", "approvals", "budget:total:daily"): whichever
+-- process leads sends its alert once (the UPDATE that sets `alerted_ms` from NULL) and its
+-- "resolved" once (the DELETE that returns the row), across restarts and leader changes.
+CREATE TABLE alert_incidents (
+    key        TEXT PRIMARY KEY,
+    since_ms   BIGINT NOT NULL,
+    alerted_ms BIGINT
+);
+
+-- The leading process's view of the channels it receives for, so that a follower (which
+-- does not run those receivers) reports their state instead of guessing.
+CREATE TABLE channel_health (
+    channel TEXT PRIMARY KEY,
+    health  TEXT NOT NULL,
+    at_ms   BIGINT NOT NULL
+);
