@@ -262,9 +262,10 @@ impl Channel for DiscordChannel {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// By acknowledged heartbeats, not by the socket being open: the gateway task notes each.
+    /// Down while the shard is not connected; connected, by acknowledged heartbeats (the
+    /// gateway task notes each), not by the socket being open.
     fn health(&self) -> ChannelHealth {
-        self.liveness.health(true)
+        self.liveness.health(self.is_ready())
     }
 
     async fn deliver(&self, message: &OutboundMessage) -> Result<Delivered, DeliveryError> {
