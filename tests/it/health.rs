@@ -504,3 +504,75 @@ async fn a_callback_receiver_that_is_down_is_one_failing_alert_and_one_resolved(
     assert_eq!(main["state"], "up", "{main}");
     assert_eq!(main["callbacks_failing"], 0, "{main}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_alert_once_across_a_leader_change_and_the_follower_shows_the_leaders_view() {
+    let database = crate::common::pg::fresh_database().await;
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let ops = Receiver::start(0).await;
+    let config = with_admin(config_with_llm(
+        &llm.url,
+        &format!(
+            "[storage]\nurl = \"{database}\"\n\
+             [channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{}\"\n\
+             access = \"open\"\npoll_timeout_secs = 1\n\n\
+             [alerts]\nwebhook_url = \"{}\"\nchannel_down_secs = 2\n",
+            tg.url, ops.url
+        ),
+    ));
+    let (work_a, work_b) = (Workdir::new(&config), Workdir::new(&config));
+    let leader = Service::start(&work_a, ENV).await;
+    let follower = Service::start(&work_b, ENV).await;
+    wait_for("the leader polling", Duration::from_secs(15), || async {
+        (telegram_state(&leader).await["state"] == "up").then_some(())
+    })
+    .await;
+    // The follower runs no Telegram receiver: it shows what the leader reports.
+    let seen = wait_for("the leader's report", Duration::from_secs(15), || async {
+        let t = telegram_state(&follower).await;
+        t["reported_secs_ago"].is_u64().then_some(t)
+    })
+    .await;
+    assert_eq!(seen["state"], "up", "{seen}");
+    assert_eq!(seen["received_by"], "the leading process");
+
+    tg.hang_polls(true);
+    wait_for(
+        "the follower showing down",
+        Duration::from_secs(20),
+        || async { (telegram_state(&follower).await["state"] == "down").then_some(()) },
+    )
+    .await;
+    wait_for("the alert", Duration::from_secs(20), || async {
+        (!ops.received().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(ops.received()[0].body["state"], "down");
+
+    // The leader dies mid-incident: the new leader finds it told already and tells nothing
+    // until the channel is back, then one "resolved".
+    leader.kill();
+    wait_for("the follower polling", Duration::from_secs(20), || async {
+        follower
+            .logs()
+            .contains("channel enabled: telegram (long polling)")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        ops.received().len(),
+        1,
+        "not alerted again by the new leader"
+    );
+    tg.hang_polls(false);
+    let told = wait_for("the resolution", Duration::from_secs(30), || async {
+        let got = ops.received();
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    assert_eq!(told[1].body["state"], "resolved", "{:?}", told[1].body);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(ops.received().len(), 2, "one alert and one resolved in all");
+}

@@ -962,6 +962,7 @@ async fn suite(store: Arc<dyn Store>) {
     rate_windows_count_and_say_when(&*store).await;
     approvals_open_once_decide_once_and_remember(&*store).await;
     memories_keep_scopes_apart_and_link_people(&*store).await;
+    incidents_alert_once_and_resolve_once(store.clone()).await;
 }
 
 fn usage_row(day: &str, user: &str, chat: &str, model: &str, cost: f64) -> NewUsage {
@@ -1613,4 +1614,61 @@ async fn memories_keep_scopes_apart_and_link_people(store: &dyn Store) {
             .is_empty()
     );
     assert_eq!(store.memory_forget_scope(&ben).await.unwrap(), 2);
+}
+
+/// An incident opens once (a second open keeps the first time), its alert is claimed by one
+/// of several racing callers, it is closed by one, and the leader's channel health is
+/// replaced, not appended.
+async fn incidents_alert_once_and_resolve_once(store: Arc<dyn Store>) {
+    let first = store
+        .incident_open("channel:telegram", 1_000)
+        .await
+        .unwrap();
+    assert_eq!((first.since_ms, first.alerted_ms), (1_000, None));
+    let again = store
+        .incident_open("channel:telegram", 5_000)
+        .await
+        .unwrap();
+    assert_eq!(again.since_ms, 1_000, "still the first incident");
+    let claims = futures::future::join_all((0..8).map(|i| {
+        let store = store.clone();
+        async move {
+            store
+                .incident_claim_alert("channel:telegram", 6_000 + i)
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    assert_eq!(claims.iter().filter(|c| **c).count(), 1, "{claims:?}");
+    store.incident_open("store", 2_000).await.unwrap();
+    let open = store.incidents().await.unwrap();
+    assert_eq!(
+        open.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        ["channel:telegram", "store"]
+    );
+    assert!(open[0].1.alerted_ms.is_some());
+    let closes = futures::future::join_all((0..4).map(|_| {
+        let store = store.clone();
+        async move { store.incident_close("channel:telegram").await.unwrap() }
+    }))
+    .await;
+    let closed: Vec<_> = closes.into_iter().flatten().collect();
+    assert_eq!(closed.len(), 1, "closed by one caller");
+    assert_eq!(closed[0].since_ms, 1_000);
+    assert!(closed[0].alerted_ms.is_some());
+    assert!(store.incident_close("store").await.unwrap().is_some());
+    assert!(store.incidents().await.unwrap().is_empty());
+
+    let rows = |state: &str| vec![("telegram".to_string(), format!("{{\"state\":\"{state}\"}}"))];
+    store.channel_health_put(&rows("up"), 10).await.unwrap();
+    store.channel_health_put(&rows("down"), 20).await.unwrap();
+    assert_eq!(
+        store.channel_health_all().await.unwrap(),
+        [(
+            "telegram".to_string(),
+            "{\"state\":\"down\"}".to_string(),
+            20
+        )]
+    );
 }
