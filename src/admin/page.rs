@@ -1,6 +1,7 @@
 //! The status page at `/`: server-rendered HTML with no script and no external asset, that
-//! reloads itself every 5 seconds. Live sessions, running subagents as a tree under the
-//! session that spawned them (with what each is doing now), recent warnings and errors.
+//! reloads itself every 5 seconds. Channels and whether they still receive, live sessions,
+//! running subagents as a tree under the session that spawned them (with what each is doing
+//! now), today's spend, MCP servers, recent warnings and errors.
 
 use super::Admin;
 use crate::subagents::{LiveRunView, Registry};
@@ -51,6 +52,34 @@ fn run_item(out: &mut String, run: &LiveRunView, all: &[LiveRunView]) {
     out.push_str("</li>");
 }
 
+/// Each channel's state and figures (what `/readyz?verbose` shows).
+fn channel_table(html: &mut String, admin: &Admin) {
+    html.push_str(
+        "<h2>Channels</h2><table id=\"channels\"><tr><th>channel</th><th>state</th>\
+         <th>last receive</th><th>restarts</th><th>detail</th></tr>",
+    );
+    let states = admin.channels.json();
+    for (name, health) in states.as_object().into_iter().flatten() {
+        let age = health["last_receive_age_secs"]
+            .as_u64()
+            .map_or("-".to_string(), |a| format!("{a} s ago"));
+        let detail = match health["received_by"].as_str() {
+            Some(by) => format!("received by {by}"),
+            None => health["detail"].as_str().unwrap_or("").to_string(),
+        };
+        let _ = write!(
+            html,
+            "<tr data-channel=\"{name}\"><td>{name}</td><td class=\"state {state}\">{state}</td>\
+             <td>{age}</td><td>{restarts}</td><td class=\"error\">{detail}</td></tr>",
+            name = escape(name),
+            state = escape(health["state"].as_str().unwrap_or("?")),
+            restarts = health["restarts"].as_u64().unwrap_or(0),
+            detail = escape(&detail),
+        );
+    }
+    html.push_str("</table>");
+}
+
 /// Users listed under today's spend.
 const TOP_USERS: usize = 5;
 
@@ -94,9 +123,10 @@ pub(super) async fn status(State(admin): State<Admin>) -> Response {
          <title>ferroclaw status</title><style>body{font:14px system-ui,sans-serif;margin:2em;color:#222}\
          h2{margin-top:1.5em}table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:left;\
          border-bottom:1px solid #ddd}.busy{color:#b60}.state{color:#06c}li{margin:.2em 0}\
-         .error{color:#b00}code{background:#f4f4f4;padding:0 .3em}</style></head><body>\
+         .error{color:#b00}.down{color:#b00;font-weight:bold}.degraded{color:#b60}code{background:#f4f4f4;padding:0 .3em}</style></head><body>\
          <h1>ferroclaw</h1>",
     );
+    channel_table(&mut html, &admin);
     // Sessions: the busy ones first, then the most recently active.
     let _ = write!(
         html,

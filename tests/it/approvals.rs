@@ -622,3 +622,45 @@ async fn a_subagent_s_call_is_approved_by_the_person_its_tree_works_for() {
     reply(&hook, "c1", "reported").await;
     assert_eq!(lines_in(&ran), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_left_waiting_is_one_alert_and_one_resolved_once_decided() {
+    let llm = LlmStandIn::start(calls_from_the_message()).await;
+    let ops = crate::common::receiver::Receiver::start(0).await;
+    let work = Workdir::new(&cfg(
+        &llm.url,
+        &format!(
+            "[alerts]\nwebhook_url = \"{}\"\napproval_waiting_secs = 1\n",
+            ops.url
+        ),
+    ));
+    let ran = work.path().join("ran.txt");
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    send(&hook, "c1", "m1", &run(json!([append(&ran, "late")]))).await;
+    let id = prompt(&hook, "c1", 1).await["approval"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let told = wait_for("the alert", Duration::from_secs(20), || async {
+        let got = ops.received();
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(told[0].body["key"], "approvals", "{:?}", told[0].body);
+    assert_eq!(told[0].body["state"], "failing");
+    let text = told[0].body["text"].as_str().unwrap();
+    assert!(text.contains("waiting") && text.contains("exec"), "{text}");
+
+    let (status, body) = decide(&hook, &id, "approve", USER).await;
+    assert_eq!(status, 200, "{body}");
+    let told = wait_for("the resolution", Duration::from_secs(20), || async {
+        let got = ops.received();
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    assert_eq!(told[1].body["state"], "resolved", "{:?}", told[1].body);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(ops.received().len(), 2, "one alert, one resolved");
+    assert_eq!(lines_in(&ran), 1);
+}

@@ -93,6 +93,22 @@ async fn a_stuck_long_poll_is_down_alerted_once_and_resolved_with_nothing_lost()
             >= 3
     );
     assert_eq!(ready["channels"]["webhook:main"]["state"], "up");
+    // The status page's channel table says so too.
+    let page = reqwest::Client::new()
+        .get(format!("{}/", service.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let row = page
+        .split("<tr data-channel=\"telegram\">")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no telegram row: {page}"));
+    assert!(row.contains(">down<"), "{row}");
     // Down is acted on: the stuck poll is abandoned and the receiver started again on a new
     // connection, saying why.
     let stuck = wait_for("a restarted receiver", Duration::from_secs(15), || async {

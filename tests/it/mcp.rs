@@ -272,10 +272,16 @@ async fn the_model_uses_real_servers_through_restarts_timeouts_and_garbage() {
         url
     };
     let llm = LlmStandIn::start(calls_from_the_message()).await;
+    // Operators are told of a server that is down, and when it is back.
+    let ops = crate::common::receiver::Receiver::start(0).await;
     let body = servers(
         &notes.url,
         dir.path(),
-        "[agents.plain]\nmcp = []\n\n[[bindings]]\nagent = \"plain\"\nchat = \"plain\"\n",
+        &format!(
+            "[agents.plain]\nmcp = []\n\n[[bindings]]\nagent = \"plain\"\nchat = \"plain\"\n\n\
+             [alerts]\nwebhook_url = \"{}\"\nchannel_down_secs = 1\n",
+            ops.url
+        ),
     );
     // The model sees images (tool results' images reach it as image parts).
     let work = Workdir::new(&config(&llm.url, &body).replacen(
@@ -453,6 +459,30 @@ async fn the_model_uses_real_servers_through_restarts_timeouts_and_garbage() {
     // The garbage server stays down with its error; the service is fine.
     let garbage = admin_server(&service, "garbage").await;
     assert_eq!(garbage["state"], "down", "{garbage}");
+    wait_for("time's resolved alert", Duration::from_secs(10), || async {
+        (ops.received().iter().any(|r| r.body["state"] == "resolved")).then_some(())
+    })
+    .await;
+    let alerts: Vec<(String, String)> = ops
+        .received()
+        .iter()
+        .map(|r| {
+            (
+                r.body["key"].as_str().unwrap_or_default().to_string(),
+                r.body["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let of = |key: &str| -> Vec<&str> {
+        alerts
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, s)| s.as_str())
+            .collect()
+    };
+    assert_eq!(of("mcp:garbage"), ["down"], "{alerts:?}");
+    assert_eq!(of("mcp:time"), ["down", "resolved"], "{alerts:?}");
+    assert!(of("mcp:notes").is_empty(), "{alerts:?}");
     assert!(!garbage["last_error"].as_str().unwrap_or("").is_empty());
     assert_eq!(service.readyz().await.0, 200);
     let (_, status) = service.get_json("/v1/admin/mcp", ADMIN).await;
