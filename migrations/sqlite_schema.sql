@@ -285,6 +285,13 @@ CREATE TABLE channel_health (
     at_ms   BIGINT NOT NULL
 );
 
+CREATE TABLE budget_refusals (
+    budget TEXT NOT NULL,
+    period TEXT NOT NULL,
+    at_ms  BIGINT NOT NULL,
+    PRIMARY KEY (budget, period)
+);
+
 CREATE INDEX transcript_by_session ON transcript (session_key, epoch, id);
 
 CREATE INDEX inbound_pending ON inbound (state, id);

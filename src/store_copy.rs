@@ -25,6 +25,7 @@ const SKIPPED: &[&str] = &[
     "rate_hits",
     "alert_incidents",
     "channel_health",
+    "budget_refusals",
 ];
 const BATCH: i64 = 1_000;
 

@@ -15,3 +15,12 @@ CREATE TABLE channel_health (
     health  TEXT NOT NULL,
     at_ms   BIGINT NOT NULL
 );
+
+-- When a call was last refused by a cap in a period (the cost gate writes it): a
+-- service-wide cap that refused a call is an incident until its period ends.
+CREATE TABLE budget_refusals (
+    budget TEXT NOT NULL,
+    period TEXT NOT NULL,
+    at_ms  BIGINT NOT NULL,
+    PRIMARY KEY (budget, period)
+);

@@ -218,13 +218,17 @@ impl Sources {
             if cap <= 0.0 {
                 continue;
             }
-            let Ok(spent) = self.store.budget_spent(budget, period).await else {
+            let (Ok(spent), Ok(refused)) = (
+                self.store.budget_spent(budget, period).await,
+                self.store.budget_refused_at(budget, period).await,
+            ) else {
                 continue;
             };
-            // Calls are refused before the last cent: nearly spent is spent.
-            let failing = (spent >= cap * 0.95).then(|| Failing {
+            // Tripped: it refused a call this period (calls are refused before the last
+            // cent, so a cap can trip well short of it).
+            let failing = refused.map(|_| Failing {
                 text: format!(
-                    "budget {key} is spent ({} of {}); calls that do not fit are refused",
+                    "budget {key} tripped: {} of {} spent in {period}; calls that do not fit are refused until it resets",
                     crate::usage::dollars(spent),
                     crate::usage::dollars(cap)
                 ),

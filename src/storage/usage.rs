@@ -148,6 +148,10 @@ pub trait UsageStore: Send + Sync {
     ) -> StoreResult<Result<(), usize>>;
     /// What each hold has spent (settled and reserved) in its period.
     async fn budget_spent(&self, budget: &str, period: &str) -> StoreResult<f64>;
+    /// A call was refused by `budget`'s cap in `period` at `now_ms` (for operator alerts).
+    async fn budget_refused(&self, budget: &str, period: &str, now_ms: i64) -> StoreResult<()>;
+    /// When `budget`'s cap last refused a call in `period`.
+    async fn budget_refused_at(&self, budget: &str, period: &str) -> StoreResult<Option<i64>>;
     /// Sums of the calls `filter` selects, grouped (largest cost first) or in one row.
     async fn usage_report(
         &self,
@@ -275,6 +279,27 @@ macro_rules! sql {
                     .fetch_optional(&self.read)
                     .await?;
                 Ok(spent.unwrap_or(0.0))
+            }
+
+            async fn budget_refused(&self, budget: &str, period: &str, now_ms: i64) -> $crate::storage::StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO budget_refusals (budget, period, at_ms) VALUES ($1, $2, $3) \
+                     ON CONFLICT (budget, period) DO UPDATE SET at_ms = excluded.at_ms",
+                )
+                .bind(budget)
+                .bind(period)
+                .bind(now_ms)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            }
+
+            async fn budget_refused_at(&self, budget: &str, period: &str) -> $crate::storage::StoreResult<Option<i64>> {
+                Ok(sqlx::query_scalar("SELECT at_ms FROM budget_refusals WHERE budget = $1 AND period = $2")
+                    .bind(budget)
+                    .bind(period)
+                    .fetch_optional(&self.read)
+                    .await?)
             }
 
             async fn usage_report(&self, filter: &UsageFilter, group: Option<UsageGroup>) -> $crate::storage::StoreResult<Vec<UsageTotal>> {

@@ -61,7 +61,16 @@ impl CostGate {
                 Verdict::Allow
             }
             Ok(Err(i)) => {
-                tracing::info!(budget = %holds.holds[i].budget, kind = call.kind.as_str(), "model call refused: budget spent");
+                let hold = &holds.holds[i];
+                tracing::info!(budget = %hold.budget, kind = call.kind.as_str(), "model call refused: budget spent");
+                // For the operator's alert (a service-wide cap that refused a call).
+                if let Err(e) = self
+                    .store
+                    .budget_refused(&hold.budget, &hold.period, now)
+                    .await
+                {
+                    tracing::debug!(error = %e, "budget refusal not recorded");
+                }
                 Verdict::Refuse(holds.refusal(i, now))
             }
             Err(e) => {

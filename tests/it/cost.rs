@@ -153,9 +153,15 @@ async fn background_work_over_its_cap_stops_while_the_person_chats_on() {
     })
     .await;
     // Every call reserves at most a few dollars here; background work may not spend a cent.
+    // The operator is told the background cap tripped.
+    let ops = crate::common::receiver::Receiver::start(0).await;
     let work = Workdir::new(&cfg(
         &llm.url,
-        "[budgets]\nbackground_daily_usd = 0.000001\nuser_daily_usd = 1000\n",
+        &format!(
+            "[budgets]\nbackground_daily_usd = 0.000001\nuser_daily_usd = 1000\n\n\
+             [alerts]\nwebhook_url = \"{}\"\n",
+            ops.url
+        ),
     ));
     let service = Service::start(&work, ENV).await;
     let hook = Hook::new(&service, HOOK_SECRET);
@@ -183,6 +189,27 @@ async fn background_work_over_its_cap_stops_while_the_person_chats_on() {
     );
     let answer = hook.ask("c1", "m2", "still there?").await;
     assert!(answer.contains("ok: still there?"), "{answer}");
+    let told = wait_for("the budget alert", Duration::from_secs(15), || async {
+        let got = ops.received();
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(
+        told[0].body["key"], "budget:background:daily",
+        "{:?}",
+        told[0].body
+    );
+    assert!(
+        told[0].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("budgets.background_daily_usd tripped"),
+        "{:?}",
+        told[0].body
+    );
+    // The user's own cap is theirs to hear about, not the operator's: one alert only.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(ops.received().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
