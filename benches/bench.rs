@@ -394,11 +394,13 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_2s = rss_mb(pid, "VmRSS");
     tokio::time::sleep(Duration::from_secs(13)).await;
+    let after_15s = rss_mb(pid, "VmRSS");
+    tokio::time::sleep(Duration::from_secs(15)).await;
     println!(
         "{n} conversations over {} (answers held until all calls are open, then streamed over 3 s): \
          all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
-         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.0} MB and 15 s after {:.0} MB, \
-         service CPU per turn {:.3} ms",
+         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.0} MB, 15 s after {:.0} MB \
+         and 30 s after {:.0} MB (idle {idle_mb:.1} MB), service CPU per turn {:.3} ms",
         if http2 { "HTTP/2" } else { "HTTP/1.1" },
         accepted.as_secs_f64(),
         open_calls.most.load(Ordering::SeqCst),
@@ -406,6 +408,7 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
         peak.load(Ordering::Relaxed) as f64 / 1024.0,
         (peak.load(Ordering::Relaxed) as f64 - idle_mb * 1024.0) / n as f64,
         after_2s,
+        after_15s,
         rss_mb(pid, "VmRSS"),
         cpu * 1000.0 / n as f64
     );

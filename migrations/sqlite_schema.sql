@@ -340,6 +340,8 @@ CREATE INDEX approvals_pending ON approvals (state, expires_at);
 
 CREATE INDEX memories_by_scope ON memories (scope, id);
 
+CREATE INDEX inbound_given_up ON inbound (done_at) WHERE attempts >= 3;
+
 CREATE TRIGGER memories_indexed_on_insert AFTER INSERT ON memories BEGIN
     INSERT INTO memories_fts (rowid, text, tags, scope_token)
     VALUES (new.id, new.text, new.tags, new.scope_token);

@@ -26,6 +26,7 @@ pub mod engine;
 pub mod exec;
 pub mod features;
 pub mod health;
+pub mod heap;
 pub mod http;
 pub mod import_openclaw;
 pub mod ingress;

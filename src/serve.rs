@@ -86,6 +86,8 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             led,
         },
     );
+    // Freed heap handed back after a burst (glibc keeps it otherwise).
+    channel_tasks.spawn(crate::heap::run(stopping.clone()));
     // Followers show the leader's view of the channels it receives for (only PostgreSQL
     // has followers: SQLite's one process needs no such writes).
     if crate::coordination::shared_database(&config.storage.url) {

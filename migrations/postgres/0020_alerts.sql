@@ -24,3 +24,7 @@ CREATE TABLE budget_refusals (
     at_ms  BIGINT NOT NULL,
     PRIMARY KEY (budget, period)
 );
+
+-- Messages given up after their turn killed the process MAX_TURN_ATTEMPTS (3) times, by when
+-- they were answered (the alert asks for the last hour's).
+CREATE INDEX inbound_given_up ON inbound (done_at) WHERE attempts >= 3;

@@ -1,6 +1,6 @@
 //! What can be wrong, looked at on each tick of the alert loop: channels down, deliveries
 //! failing, the store not writable, an MCP server down, approvals waiting too long, a
-//! service-wide budget spent. Each condition has a key (its incident's), whether it fails
+//! service-wide budget that refused a call, messages given up after repeated crashes. Each condition has a key (its incident's), whether it fails
 //! now (in words), and how long it must fail before someone is told. Knows where to look;
 //! not who is told or how often.
 
@@ -52,6 +52,8 @@ pub(super) fn resolved_words(key: &str) -> String {
         "the store takes writes again".to_string()
     } else if key == "approvals" {
         "no approval is waiting too long".to_string()
+    } else if key == "given_up" {
+        "no message was given up in the last hour".to_string()
     } else {
         format!("{key} is fine again")
     }
@@ -74,8 +76,27 @@ impl Sources {
                 all.push(approvals);
             }
             all.extend(self.budgets().await);
+            if let Some(given_up) = self.given_up().await {
+                all.push(given_up);
+            }
         }
         all
+    }
+
+    /// Messages given up in the last hour after their turn killed the process again and
+    /// again (each was answered with an apology; someone should look at why).
+    async fn given_up(&self) -> Option<(String, Option<Failing>)> {
+        let since = crate::clock::now_ms() - 3_600_000;
+        let sessions = self.store.journal_given_up_since(since).await.ok()?;
+        let failing = sessions.first().map(|latest| Failing {
+            text: format!(
+                "{} message(s) given up in the last hour after their turn stopped the service {} times (the latest in {latest})",
+                sessions.len(),
+                crate::lanes::MAX_TURN_ATTEMPTS
+            ),
+            after: Duration::ZERO,
+        });
+        Some(("given_up".into(), failing))
     }
 
     fn channels(&self) -> Vec<(String, Option<Failing>)> {

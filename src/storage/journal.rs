@@ -31,6 +31,9 @@ pub trait JournalStore: Send + Sync {
     /// Sessions with pending entries whose lease is free or expired at `now_ms`, oldest
     /// entry first (work another process left, or nobody claimed yet).
     async fn journal_unleased(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<String>>;
+    /// Sessions of the messages given up (answered after `MAX_TURN_ATTEMPTS` starts) since
+    /// `since_ms`, newest first (at most 100).
+    async fn journal_given_up_since(&self, since_ms: i64) -> StoreResult<Vec<String>>;
 }
 
 macro_rules! rows {
@@ -115,6 +118,18 @@ macro_rules! sql {
                 .fetch_one(&self.write)
                 .await?;
                 Ok($crate::storage::JournalInsert::Duplicate { id, session_key })
+            }
+
+            async fn journal_given_up_since(&self, since_ms: i64) -> $crate::storage::StoreResult<Vec<String>> {
+                // `attempts >= 3` as a literal: the partial index `inbound_given_up` is used.
+                const _: () = assert!($crate::lanes::MAX_TURN_ATTEMPTS == 3);
+                Ok(sqlx::query_scalar(
+                    "SELECT session_key FROM inbound WHERE attempts >= 3 AND done_at >= $1 \
+                     ORDER BY done_at DESC LIMIT 100",
+                )
+                .bind(since_ms)
+                .fetch_all(&self.read)
+                .await?)
             }
 
             async fn journal_begin_attempt(&self, id: i64) -> $crate::storage::StoreResult<i64> {

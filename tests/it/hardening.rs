@@ -245,7 +245,11 @@ async fn a_message_whose_turn_keeps_killing_the_process_is_given_up_with_a_reply
         other => Behaviour::reply(format!("echo: {other}")),
     })
     .await;
-    let work = Workdir::new(&webhook(&llm.url, ""));
+    let ops = crate::common::receiver::Receiver::start(0).await;
+    let work = Workdir::new(&webhook(
+        &llm.url,
+        &format!("[alerts]\nwebhook_url = \"{}\"\n", ops.url),
+    ));
     for run in 1..=3 {
         let service = Service::start(&work, ENV).await;
         if run == 1 {
@@ -272,6 +276,21 @@ async fn a_message_whose_turn_keeps_killing_the_process_is_given_up_with_a_reply
     );
     assert_eq!(hook.send("p", None, "m-2", "hello", "").await.0, 202);
     wait_texts(&hook, "p", "the next message answered", |t| t.len() == 2).await;
+    // The operator is told.
+    let told = wait_for("the alert", Duration::from_secs(15), || async {
+        let got = ops.received();
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(told[0].body["key"], "given_up", "{:?}", told[0].body);
+    assert!(
+        told[0].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("1 message(s) given up"),
+        "{:?}",
+        told[0].body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -160,6 +160,13 @@ async fn the_official_openai_client_gets_answers_streams_sessions_and_errors() {
         serde_json::json!([404, "model_not_found"])
     );
     assert!(!service.logs().contains(TOKEN), "the token is never logged");
+    // The channel counts its requests (nine completions, the unknown model refused).
+    let (_, ready) = service.get_json("/readyz?verbose", "").await;
+    let api = &ready["channels"]["api"];
+    assert_eq!(api["state"], "up", "{ready}");
+    assert_eq!(api["requests"], 9, "{api}");
+    assert_eq!(api["requests_refused"], 1, "{api}");
+    assert_eq!(api["requests_failed"], 0, "{api}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

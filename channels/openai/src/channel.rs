@@ -2,8 +2,11 @@
 //! to the request waiting for it in this process.
 
 use async_trait::async_trait;
-use ferroclaw_channel_core::{Channel, ChatRoute, Delivered, DeliveryError, OutboundMessage};
+use ferroclaw_channel_core::{
+    Channel, ChannelHealth, ChatRoute, Delivered, DeliveryError, OutboundMessage,
+};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -47,13 +50,34 @@ impl Drop for OpenStream {
     }
 }
 
+/// Completion requests answered, and how many were refused (4xx) or failed (5xx): what
+/// the channel's health shows.
+#[derive(Default)]
+pub(crate) struct Counts {
+    requests: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counts {
+    pub(crate) fn answered(&self, status: u16) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match status {
+            400..500 => self.refused.fetch_add(1, Ordering::Relaxed),
+            500.. => self.errors.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+}
+
 pub struct ApiChannel {
     streams: Arc<Streams>,
+    counts: Arc<Counts>,
 }
 
 impl ApiChannel {
-    pub(crate) fn new(streams: Arc<Streams>) -> Self {
-        ApiChannel { streams }
+    pub(crate) fn new(streams: Arc<Streams>, counts: Arc<Counts>) -> Self {
+        ApiChannel { streams, counts }
     }
 }
 
@@ -61,6 +85,21 @@ impl ApiChannel {
 impl Channel for ApiChannel {
     fn name(&self) -> &str {
         crate::CHANNEL
+    }
+
+    /// Requests come to us: up while the service serves, with its request counts.
+    fn health(&self) -> ChannelHealth {
+        let mut health = ChannelHealth::connected(true);
+        for (name, count) in [
+            ("requests", &self.counts.requests),
+            ("requests_refused", &self.counts.refused),
+            ("requests_failed", &self.counts.errors),
+        ] {
+            health
+                .figures
+                .insert(name.to_string(), count.load(Ordering::Relaxed));
+        }
+        health
     }
 
     /// Replies are read by the request that asked (from the message log); nothing is sent.

@@ -18,7 +18,7 @@ mod request;
 mod routes;
 
 pub use channel::ApiChannel;
-use channel::Streams;
+use channel::{Counts, Streams};
 pub use ferroclaw_channel_core::MessageLog;
 use std::sync::Arc;
 
@@ -39,16 +39,22 @@ pub struct Settings {
 /// The adapter factory: the `api` channel, and the routes once the inbox exists.
 pub fn build(settings: Settings) -> ferroclaw_channel_core::Built {
     let streams = Arc::new(Streams::default());
+    let counts = Arc::new(Counts::default());
     ferroclaw_channel_core::Built {
-        channels: vec![Arc::new(ApiChannel::new(streams.clone()))],
+        channels: vec![Arc::new(ApiChannel::new(streams.clone(), counts.clone()))],
         access: Vec::new(),
-        receiver: Box::new(Routes { settings, streams }),
+        receiver: Box::new(Routes {
+            settings,
+            streams,
+            counts,
+        }),
     }
 }
 
 struct Routes {
     settings: Settings,
     streams: Arc<Streams>,
+    counts: Arc<Counts>,
 }
 
 impl ferroclaw_channel_core::Receiver for Routes {
@@ -65,6 +71,7 @@ impl ferroclaw_channel_core::Receiver for Routes {
                 inbox: cx.inbox,
                 log: cx.messages,
                 streams: self.streams.clone(),
+                counts: self.counts.clone(),
                 shutdown: cx.shutdown,
             })),
             task: None,

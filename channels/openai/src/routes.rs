@@ -1,6 +1,6 @@
 //! The two routes: `GET /v1/models` and `POST /v1/chat/completions` (plain JSON or SSE).
 
-use crate::channel::{OpenStream, Streams};
+use crate::channel::{Counts, OpenStream, Streams};
 use crate::error::ApiError;
 use crate::request::Completion;
 use axum::Router;
@@ -36,6 +36,8 @@ pub(crate) struct State {
     pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) log: Arc<dyn MessageLog>,
     pub(crate) streams: Arc<Streams>,
+    /// Requests and failures, for the channel's health.
+    pub(crate) counts: Arc<Counts>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -103,11 +105,22 @@ struct Asked {
     created: i64,
 }
 
+/// A completion, counted by how it was answered.
 async fn completions(
     Extract(state): Extract<Arc<State>>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Response {
+    let counts = state.counts.clone();
+    let response = match complete(state, headers, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    };
+    counts.answered(response.status().as_u16());
+    response
+}
+
+async fn complete(state: Arc<State>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     state.check(&headers)?;
     let body = axum::body::to_bytes(body, state.max_body_bytes)
         .await
