@@ -620,10 +620,10 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
             continue;
         }
         // The client is built on the first call (not at start-up).
-        let http: fn() -> reqwest::Client = if provider.http2 {
+        let http: fn() -> crate::http::Lease = if provider.http2 {
             crate::http::multiplexed
         } else {
-            crate::http::shared
+            crate::http::shared_lease
         };
         let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
             match provider.kind {

@@ -436,9 +436,10 @@ pub struct ProviderConfig {
     /// Its models see images (image parts are sent to them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vision: bool,
-    /// Speak HTTP/2 to it: every concurrent call is a stream on one connection instead of a
-    /// connection each (HTTP/1.1, the default, as the providers' own SDKs do). Over `https`
-    /// it is asked for by ALPN; over plain `http` the server must take HTTP/2 directly (h2c).
+    /// Speak HTTP/2 to it: concurrent calls are streams on a few connections (another opened
+    /// per 100 calls, `http::STREAMS_PER_CONNECTION`) instead of a connection each (HTTP/1.1,
+    /// the default, as the providers' own SDKs do). Over plain `http` the server must take
+    /// HTTP/2 directly (h2c).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub http2: bool,
 }

@@ -14,14 +14,14 @@ const MAX_TOKENS: u32 = super::MAX_OUTPUT_TOKENS;
 
 pub struct AnthropicProvider {
     /// Where the client comes from, asked on each call (built on the first, not at start-up).
-    http: fn() -> reqwest::Client,
+    http: fn() -> crate::http::Lease,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl AnthropicProvider {
     pub fn new(
-        http: fn() -> reqwest::Client,
+        http: fn() -> crate::http::Lease,
         base_url: &str,
         api_key: Option<SecretString>,
     ) -> Self {
@@ -135,7 +135,10 @@ impl ModelProvider for AnthropicProvider {
         request: &ChatRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let mut builder = (self.http)()
+        // Held until the answer has streamed: the HTTP/2 pool counts the call on its
+        // connection.
+        let lease = (self.http)();
+        let mut builder = lease
             .post(&self.endpoint)
             .header("anthropic-version", API_VERSION)
             .json(&Self::body(model, request));

@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 
 pub struct OpenAiProvider {
     /// Where the client comes from, asked on each call (built on the first, not at start-up).
-    http: fn() -> reqwest::Client,
+    http: fn() -> crate::http::Lease,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl OpenAiProvider {
     pub fn new(
-        http: fn() -> reqwest::Client,
+        http: fn() -> crate::http::Lease,
         base_url: &str,
         api_key: Option<SecretString>,
     ) -> Self {
@@ -84,9 +84,10 @@ impl ModelProvider for OpenAiProvider {
         request: &ChatRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let mut builder = (self.http)()
-            .post(&self.endpoint)
-            .json(&Self::body(model, request));
+        // Held until the answer has streamed: the HTTP/2 pool counts the call on its
+        // connection.
+        let lease = (self.http)();
+        let mut builder = lease.post(&self.endpoint).json(&Self::body(model, request));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }

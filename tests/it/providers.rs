@@ -48,8 +48,8 @@ async fn text_and_tool_call_streams_cut_into_three_byte_pieces_are_reassembled_i
         ],
     })
     .await;
-    let openai = OpenAiProvider::new(reqwest::Client::new, &llm.url, None);
-    let anthropic = AnthropicProvider::new(reqwest::Client::new, &llm.anthropic_url, None);
+    let openai = OpenAiProvider::new(ferroclaw::http::shared_lease, &llm.url, None);
+    let anthropic = AnthropicProvider::new(ferroclaw::http::shared_lease, &llm.anthropic_url, None);
     for provider in [&openai as &dyn ModelProvider, &anthropic] {
         let (response, streamed) = run(provider).await;
         assert_eq!(response.content, text);
@@ -112,7 +112,7 @@ async fn an_anthropic_error_event_after_http_200_is_classified() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let provider = AnthropicProvider::new(reqwest::Client::new, &base, None);
+    let provider = AnthropicProvider::new(ferroclaw::http::shared_lease, &base, None);
     let err = provider
         .complete("m", &request(), &|_| {})
         .await
@@ -151,7 +151,11 @@ fn chain_over(
     let mut providers: HashMap<String, Arc<dyn ModelProvider>> = HashMap::new();
     providers.insert(
         "p".into(),
-        Arc::new(OpenAiProvider::new(reqwest::Client::new, &llm.url, None)),
+        Arc::new(OpenAiProvider::new(
+            ferroclaw::http::shared_lease,
+            &llm.url,
+            None,
+        )),
     );
     let fallbacks = fallbacks
         .iter()
@@ -400,4 +404,45 @@ async fn the_chain_is_itself_a_provider_that_falls_back() {
         provider.complete("no-slash", &request(), &|_| {}).await,
         Err(ferroclaw::providers::ProviderError::ModelNotFound)
     ));
+}
+
+/// 250 calls open at once over HTTP/2, against a server that allows 200 streams per
+/// connection (hyper's default) and answers only when all 250 are open: one connection would
+/// hold 50 back for ever; spread over connections of 100 calls each, all are answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_calls_beyond_a_connections_stream_limit_open_another_connection() {
+    const CALLS: usize = 250;
+    let llm = LlmStandIn::start(|_, _| Behaviour::Gate {
+        text: "all open".into(),
+        open: CALLS,
+    })
+    .await;
+    let provider = Arc::new(OpenAiProvider::new(
+        ferroclaw::http::multiplexed,
+        &llm.url,
+        None,
+    ));
+    let calls = (0..CALLS).map(|_| {
+        let provider = provider.clone();
+        tokio::spawn(async move { run(&*provider).await.1 })
+    });
+    let answers = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(calls))
+        .await
+        .expect("every call answered (none queued behind one connection's stream limit)");
+    assert!(answers.into_iter().all(|a| a.unwrap() == "all open"));
+    let requests = llm.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.version == axum::http::Version::HTTP_2)
+    );
+    let mut peers: Vec<_> = requests.iter().map(|r| r.peer).collect();
+    peers.sort();
+    peers.dedup();
+    assert_eq!(
+        peers.len(),
+        CALLS.div_ceil(ferroclaw::http::STREAMS_PER_CONNECTION),
+        "a connection per {} calls",
+        ferroclaw::http::STREAMS_PER_CONNECTION
+    );
 }

@@ -37,6 +37,9 @@ pub enum Behaviour {
     },
     /// Never answer.
     Hang,
+    /// Hold the answer until `open` requests are open at once (then stream `text`): a
+    /// client that cannot keep that many calls open never gets an answer.
+    Gate { text: String, open: usize },
     /// Answer 200 with this content type and body, as is (malformed streams, HTML pages).
     Raw { content_type: String, body: String },
 }
@@ -94,6 +97,8 @@ pub struct Recorded {
     pub finished: Option<Instant>,
     /// HTTP/1.1, or HTTP/2 from a provider with `http2 = true`.
     pub version: axum::http::Version,
+    /// The client's address (a new port: a new connection).
+    pub peer: std::net::SocketAddr,
 }
 
 impl Recorded {
@@ -134,6 +139,8 @@ struct Inner {
     /// Report cached prompt tokens (OpenAI protocol) for the longest byte-identical prefix a
     /// request shares with an earlier one, as a provider's prompt cache would.
     prompt_cache: bool,
+    /// A `Gate` saw its number of requests open at once: every gated request answers now.
+    gate_open: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -146,6 +153,7 @@ impl Inner {
             embedded: Mutex::new(Vec::new()),
             piece,
             prompt_cache: false,
+            gate_open: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -215,7 +223,14 @@ impl LlmStandIn {
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .await
+            .unwrap()
+        });
         LlmStandIn {
             url: format!("http://{addr}/v1"),
             anthropic_url: format!("http://{addr}"),
@@ -414,27 +429,35 @@ async fn embeddings(State(state): State<Arc<Inner>>, body: String) -> Response {
     axum::Json(json!({"object": "list", "data": data, "model": body["model"]})).into_response()
 }
 
+type Peer = axum::extract::ConnectInfo<std::net::SocketAddr>;
+
 async fn openai(
     state: State<Arc<Inner>>,
+    peer: Peer,
     version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
-    handle(state, (version, headers), body, Protocol::OpenAi).await
+    handle(state, (peer, version, headers), body, Protocol::OpenAi).await
 }
 
 async fn anthropic(
     state: State<Arc<Inner>>,
+    peer: Peer,
     version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
-    handle(state, (version, headers), body, Protocol::Anthropic).await
+    handle(state, (peer, version, headers), body, Protocol::Anthropic).await
 }
 
 async fn handle(
     State(state): State<Arc<Inner>>,
-    (version, headers): (axum::http::Version, axum::http::HeaderMap),
+    (axum::extract::ConnectInfo(peer), version, headers): (
+        Peer,
+        axum::http::Version,
+        axum::http::HeaderMap,
+    ),
     body: String,
     protocol: Protocol,
 ) -> Response {
@@ -464,6 +487,7 @@ async fn handle(
             started: Instant::now(),
             finished: None,
             version,
+            peer,
         });
         requests.len() - 1
     };
@@ -513,6 +537,26 @@ async fn handle(
         Behaviour::Hang => {
             std::future::pending::<()>().await;
             unreachable!()
+        }
+        Behaviour::Gate { text, open } => {
+            while !state.gate_open.load(std::sync::atomic::Ordering::SeqCst) {
+                let now_open = state
+                    .requests
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r.finished.is_none())
+                    .count();
+                if now_open >= open {
+                    state
+                        .gate_open
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            finish();
+            stream(encode(protocol, &text, &[], true), false)
         }
         Behaviour::Raw { content_type, body } => {
             finish();
