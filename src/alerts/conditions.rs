@@ -92,7 +92,7 @@ impl Sources {
             text: format!(
                 "{} message(s) given up in the last hour after their turn stopped the service {} times (the latest in {latest})",
                 sessions.len(),
-                crate::lanes::MAX_TURN_ATTEMPTS
+                crate::storage::MAX_TURN_ATTEMPTS
             ),
             after: Duration::ZERO,
         });

@@ -16,9 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// A journal entry whose turn was started this many times, each time ending with the
-/// process, is given up (answered with an error) instead of being started again.
-pub const MAX_TURN_ATTEMPTS: i64 = 3;
+pub use crate::storage::MAX_TURN_ATTEMPTS;
 
 pub struct TurnHandler {
     engine: Arc<Engine>,

@@ -6,6 +6,12 @@
 use super::*;
 use async_trait::async_trait;
 
+/// A journal entry whose turn was started this many times, each time ending with the
+/// process, is given up (answered with an error) instead of being started again.
+/// (The journal counts the starts; the partial index `inbound_given_up` is on
+/// `attempts >= 3`: change both together.)
+pub const MAX_TURN_ATTEMPTS: i64 = 3;
+
 /// The inbound journal: every message, stored before it is acknowledged.
 #[async_trait]
 pub trait JournalStore: Send + Sync {
@@ -122,7 +128,7 @@ macro_rules! sql {
 
             async fn journal_given_up_since(&self, since_ms: i64) -> $crate::storage::StoreResult<Vec<String>> {
                 // `attempts >= 3` as a literal: the partial index `inbound_given_up` is used.
-                const _: () = assert!($crate::lanes::MAX_TURN_ATTEMPTS == 3);
+                const _: () = assert!($crate::storage::MAX_TURN_ATTEMPTS == 3);
                 Ok(sqlx::query_scalar(
                     "SELECT session_key FROM inbound WHERE attempts >= 3 AND done_at >= $1 \
                      ORDER BY done_at DESC LIMIT 100",

@@ -42,7 +42,7 @@ pub use connect::{
 };
 pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
-pub use journal::JournalStore;
+pub use journal::{JournalStore, MAX_TURN_ATTEMPTS};
 pub use leases::LeaseStore;
 pub use memories::{MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token};
 pub use outbox::OutboxStore;
