@@ -126,7 +126,7 @@ macro_rules! push_scopes {
 }
 
 macro_rules! sql {
-    ($store:ty, $db:ty, $search:path) => {
+    ($store:ty, $db:ty, $search:path, $recent_first:expr) => {
         #[async_trait::async_trait]
         impl $crate::storage::MemoryStore for $store {
             async fn memory_save(&self, m: &NewMemory) -> StoreResult<(i64, bool)> {
@@ -163,24 +163,34 @@ macro_rules! sql {
                 if scopes.is_empty() || terms.is_empty() {
                     return Ok(Vec::new());
                 }
+                // A word common in the scopes' newest rows is answered from them; only the
+                // others are looked up in the index (see `common_in_recent`).
+                let (mut found, rest) = if $recent_first {
+                    common_in_recent(self.memory_recent_each(scopes, RECENT_WINDOW).await?, terms, per_term)
+                } else {
+                    (Vec::new(), (0..terms.len()).collect())
+                };
+                if rest.is_empty() {
+                    return Ok(found);
+                }
                 // The words in two statements run at once on two of the read connections
                 // (each word's lookup is an index walk of its own; two cores share them).
-                let half = terms.len().div_ceil(2);
+                let half = rest.len().div_ceil(2);
                 let part = |from: usize, to: usize| {
                     let mut query = sqlx::QueryBuilder::<$db>::new("");
-                    for i in from..to {
-                        if i > from {
+                    for (n, &i) in rest[from..to].iter().enumerate() {
+                        if n > 0 {
                             query.push(" UNION ALL ");
                         }
                         $search(&mut query, i, scopes, &terms[i], per_term);
                     }
                     query
                 };
-                let (mut first, mut second) = (part(0, half), part(half, terms.len()));
+                let (mut first, mut second) = (part(0, half), part(half, rest.len()));
                 let (a, b) = tokio::join!(
                     first.build_query_as::<(i64, i64, String, String, String, i64)>().fetch_all(&self.read),
                     async {
-                        if half < terms.len() {
+                        if half < rest.len() {
                             second.build_query_as::<(i64, i64, String, String, String, i64)>().fetch_all(&self.read).await
                         } else {
                             Ok(Vec::new())
@@ -196,6 +206,7 @@ macro_rules! sql {
                     .map(|(term, id, scope, text, tags, created_at)| {
                         (term as usize, row((id, scope, text, tags, created_at)))
                     })
+                    .chain(std::mem::take(&mut found))
                     .collect())
             }
 
@@ -375,8 +386,87 @@ fn row((id, scope, text, tags, created_at): (i64, String, String, String, i64)) 
     }
 }
 
-sql!(super::SqliteStore, sqlx::Sqlite, search_fts5);
-sql!(super::PostgresStore, sqlx::Postgres, search_tsvector);
+sql!(super::SqliteStore, sqlx::Sqlite, search_fts5, false);
+sql!(super::PostgresStore, sqlx::Postgres, search_tsvector, true);
+
+/// The newest rows of a scope read before the index: a word holding in `per_term` of them is
+/// common, and answered from them (on PostgreSQL a common word's lookup intersects two long
+/// posting lists, the word's and the scope token's: the slow part of a search).
+const RECENT_WINDOW: i64 = 1_000;
+
+impl super::PostgresStore {
+    /// The newest `limit` rows of each scope (one backward walk of `memories_by_scope`
+    /// each), newest first.
+    async fn memory_recent_each(
+        &self,
+        scopes: &[String],
+        limit: i64,
+    ) -> StoreResult<Vec<MemoryRow>> {
+        let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+        for (n, scope) in scopes.iter().enumerate() {
+            if n > 0 {
+                query.push(" UNION ALL ");
+            }
+            query.push("(SELECT id, scope, text, tags, created_at FROM memories WHERE scope = ");
+            query.push_bind(scope.clone());
+            query.push(" ORDER BY id DESC LIMIT ");
+            query.push_bind(limit);
+            query.push(")");
+        }
+        let mut rows: Vec<(i64, String, String, String, i64)> =
+            query.build_query_as().fetch_all(&self.read).await?;
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+        Ok(rows.into_iter().map(row).collect())
+    }
+}
+
+impl super::SqliteStore {
+    /// Not used: SQLite's full-text index reads a word's newest rows directly.
+    async fn memory_recent_each(
+        &self,
+        _scopes: &[String],
+        _limit: i64,
+    ) -> StoreResult<Vec<MemoryRow>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Terms found at least `per_term` times in `recent` (newest first): their newest `per_term`
+/// rows; and the indexes of the other terms, for the index.
+fn common_in_recent(
+    recent: Vec<MemoryRow>,
+    terms: &[String],
+    per_term: i64,
+) -> (Vec<(usize, MemoryRow)>, Vec<usize>) {
+    let words: Vec<std::collections::HashSet<String>> = recent
+        .iter()
+        .map(|r| {
+            r.text
+                .split(|c: char| !c.is_alphanumeric())
+                .chain(r.tags.split(|c: char| !c.is_alphanumeric()))
+                .filter(|w| !w.is_empty())
+                .map(str::to_lowercase)
+                .collect()
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut rest = Vec::new();
+    for (i, term) in terms.iter().enumerate() {
+        let hits: Vec<&MemoryRow> = recent
+            .iter()
+            .zip(&words)
+            .filter(|(_, w)| w.contains(term))
+            .map(|(r, _)| r)
+            .take(per_term.max(0) as usize)
+            .collect();
+        if per_term > 0 && hits.len() as i64 >= per_term {
+            found.extend(hits.into_iter().map(|r| (i, r.clone())));
+        } else {
+            rest.push(i);
+        }
+    }
+    (found, rest)
+}
 links!(super::SqliteStore);
 links!(super::PostgresStore);
 
@@ -437,6 +527,45 @@ mod tests {
     fn a_vector_survives_its_stored_form() {
         let v = vec![0.5, -1.25, 3.0e-5];
         assert_eq!(vector_of(&vector_bytes(&v)), v);
+    }
+
+    #[test]
+    fn a_word_common_in_the_newest_rows_is_answered_from_them_and_others_go_to_the_index() {
+        let rows: Vec<MemoryRow> = (0..10)
+            .map(|i| MemoryRow {
+                id: 100 - i,
+                scope: "person:t:1".into(),
+                text: if i % 2 == 0 {
+                    format!("Coffee at {i}")
+                } else {
+                    format!("tea {i}")
+                },
+                tags: if i == 1 {
+                    "Coffee".into()
+                } else {
+                    String::new()
+                },
+                created_at: 0,
+                embedding: None,
+            })
+            .collect();
+        let terms = ["coffee".to_string(), "tea".to_string(), "cocoa".to_string()];
+        let (found, rest) = common_in_recent(rows, &terms, 3);
+        // "coffee": in rows 0, 1 (by its tag), 2 ... its newest three; "tea" too; "cocoa" never.
+        let ids = |t: usize| -> Vec<i64> {
+            found
+                .iter()
+                .filter(|(i, _)| *i == t)
+                .map(|(_, r)| r.id)
+                .collect()
+        };
+        assert_eq!(ids(0), [100, 99, 98]);
+        assert_eq!(ids(1), [99, 97, 95]);
+        assert_eq!(rest, [2]);
+        // Fewer than per_term: the index decides.
+        let (found, rest) = common_in_recent(Vec::new(), &terms, 3);
+        assert!(found.is_empty());
+        assert_eq!(rest, [0, 1, 2]);
     }
 
     #[test]
