@@ -1,7 +1,7 @@
 //! From a message to the memories worth showing: the words a full-text search looks for,
 //! and one order for text matches, vector neighbours and age.
 
-use crate::storage::MemoryRow;
+use crate::storage::{MemoryRow, words_of};
 use std::collections::HashMap;
 
 /// The most words one search looks for.
@@ -75,7 +75,7 @@ pub fn text_matches(
     }
     rows.into_values()
         .map(|(row, mut has)| {
-            let own = words_of(&format!("{} {}", row.text, row.tags));
+            let own = words_of(&row);
             for (i, word) in words.iter().enumerate() {
                 has[i] |= own.contains(word);
             }
@@ -87,14 +87,6 @@ pub fn text_matches(
                 .sum();
             (row, score)
         })
-        .collect()
-}
-
-/// Every word of `text`, lower case.
-fn words_of(text: &str) -> std::collections::HashSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
         .collect()
 }
 

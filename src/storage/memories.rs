@@ -431,6 +431,16 @@ impl super::SqliteStore {
     }
 }
 
+/// Every word of a row's text and tags, lower case (what a search word is matched against).
+pub fn words_of(row: &MemoryRow) -> std::collections::HashSet<String> {
+    row.text
+        .split(|c: char| !c.is_alphanumeric())
+        .chain(row.tags.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
 /// Terms found at least `per_term` times in `recent` (newest first): their newest `per_term`
 /// rows; and the indexes of the other terms, for the index.
 fn common_in_recent(
@@ -438,17 +448,7 @@ fn common_in_recent(
     terms: &[String],
     per_term: i64,
 ) -> (Vec<(usize, MemoryRow)>, Vec<usize>) {
-    let words: Vec<std::collections::HashSet<String>> = recent
-        .iter()
-        .map(|r| {
-            r.text
-                .split(|c: char| !c.is_alphanumeric())
-                .chain(r.tags.split(|c: char| !c.is_alphanumeric()))
-                .filter(|w| !w.is_empty())
-                .map(str::to_lowercase)
-                .collect()
-        })
-        .collect();
+    let words: Vec<std::collections::HashSet<String>> = recent.iter().map(words_of).collect();
     let mut found = Vec::new();
     let mut rest = Vec::new();
     for (i, term) in terms.iter().enumerate() {

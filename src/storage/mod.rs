@@ -44,7 +44,9 @@ pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::{JournalStore, MAX_TURN_ATTEMPTS};
 pub use leases::LeaseStore;
-pub use memories::{MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token};
+pub use memories::{
+    MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token, words_of,
+};
 pub use outbox::OutboxStore;
 pub use outbox_reads::OutboxReads;
 pub use pairing::PairingStore;
