@@ -24,12 +24,14 @@ use tokio_util::sync::CancellationToken;
 
 pub const WEBHOOK_PATH: &str = "/v1/telegram/webhook";
 
-/// Makes the bot `getUpdates` uses: on a client whose timeout outlasts the long poll, new
-/// each time the receiver is restarted (None: the client could not be built).
+/// Makes a new bot for `getUpdates` each time the receiver is restarted (None: the client
+/// could not be built).
 pub(crate) type NewBot = Arc<dyn Fn() -> Option<Bot> + Send + Sync>;
 
 pub(crate) struct Shared {
     pub(crate) bot: Bot,
+    /// The same bot on a client whose timeout outlasts the long poll (`getUpdates` only).
+    pub(crate) poll_bot: Bot,
     pub(crate) new_poll_bot: NewBot,
     pub(crate) inbox: Arc<dyn Inbox>,
     pub(crate) me: OnceLock<Me>,
@@ -212,10 +214,7 @@ async fn poll(shared: &Shared, cancel: &CancellationToken) {
     if let Err(e) = shared.bot.delete_webhook().await {
         tracing::warn!(error = %shared.channel.redact(e.to_string()), "deleteWebhook failed");
     }
-    let Some(mut poll_bot) = (shared.new_poll_bot)() else {
-        tracing::error!("cannot build the Telegram polling client");
-        return;
-    };
+    let mut poll_bot = shared.poll_bot.clone();
     // Connected and polling: a quiet bot is a healthy bot.
     shared.channel.ready.store(true, Ordering::Release);
     let me = shared.me.get().expect("set before polling").clone();

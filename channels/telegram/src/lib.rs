@@ -120,7 +120,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
     let bot = Bot::with_client(token.clone(), client(REQUEST_TIMEOUT)?).set_api_url(url.clone());
     // A long poll is held open by Telegram for `poll_timeout`; its client must outlast it.
     let poll_timeout = settings.poll_timeout + POLL_MARGIN;
-    client(poll_timeout)?;
+    let poll_bot = Bot::with_client(token.clone(), client(poll_timeout)?).set_api_url(url.clone());
     let poll_token = token.clone();
     // A receiver restarted after it went down gets a new client (new connections).
     let new_poll_bot: ingress::NewBot = Arc::new(move || {
@@ -148,6 +148,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
         access: vec![(CHANNEL.to_string(), settings.access.clone())],
         receiver: Box::new(Updates {
             bot,
+            poll_bot,
             new_poll_bot,
             webhook_secret: ingress::webhook_secret(&token),
             settings,
@@ -159,6 +160,7 @@ fn build(settings: Settings) -> Result<Built, BuildError> {
 /// The receiving side, until it starts.
 struct Updates {
     bot: Bot,
+    poll_bot: Bot,
     new_poll_bot: ingress::NewBot,
     webhook_secret: String,
     settings: Settings,
@@ -179,6 +181,7 @@ impl Receiver for Updates {
         let webhook = matches!(self.settings.mode, Mode::Webhook { .. });
         let shared = Arc::new(ingress::Shared {
             bot: self.bot.clone(),
+            poll_bot: self.poll_bot.clone(),
             new_poll_bot: self.new_poll_bot.clone(),
             inbox: cx.inbox,
             me: OnceLock::new(),
