@@ -90,7 +90,7 @@ impl Sources {
         let sessions = self.store.journal_given_up_since(since).await.ok()?;
         let failing = sessions.first().map(|latest| Failing {
             text: format!(
-                "{} message(s) given up in the last hour after their turn stopped the service {} times (the latest in {latest})",
+                "turns failing: {} message(s) given up in the last hour after their turn stopped the service {} times (the latest in {latest})",
                 sessions.len(),
                 crate::storage::MAX_TURN_ATTEMPTS
             ),
@@ -145,7 +145,7 @@ impl Sources {
     async fn store_writes(&self) -> Option<Failing> {
         let err = self.store.ping().await.err()?;
         Some(Failing {
-            text: format!("the store is not writable ({err})"),
+            text: format!("the store is failing: not writable ({err})"),
             after: Duration::from_secs(self.alerts().store_down_secs),
         })
     }
@@ -194,7 +194,7 @@ impl Sources {
             .collect();
         let failing = late.first().map(|oldest| Failing {
             text: format!(
-                "{} approval(s) waiting over {limit} s (the oldest: {} in {}:{})",
+                "approvals failing: {} approval(s) waiting over {limit} s (the oldest: {} in {}:{})",
                 late.len(),
                 oldest.request.tool,
                 oldest.request.route.channel,
@@ -249,7 +249,7 @@ impl Sources {
             // cent, so a cap can trip well short of it).
             let failing = refused.map(|_| Failing {
                 text: format!(
-                    "budget {key} tripped: {} of {} spent in {period}; calls that do not fit are refused until it resets",
+                    "budget failing: {key} tripped, {} of {} spent in {period}; calls that do not fit are refused until it resets",
                     crate::usage::dollars(spent),
                     crate::usage::dollars(cap)
                 ),
