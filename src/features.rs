@@ -83,6 +83,7 @@ pub fn build(services: &Services) -> Result<Features, String> {
         Arc::new(crate::usage::CostGate::new(
             services.config.clone(),
             store.clone(),
+            store.clone(),
             prices,
         )),
     ]));

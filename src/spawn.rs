@@ -9,7 +9,7 @@
 use crate::providers::ModelRef;
 use async_trait::async_trait;
 use ferroclaw_channel_core::ChatRoute;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -50,6 +50,26 @@ pub struct SpawnScope {
     pub requester: Option<String>,
 }
 
+/// What a run does for the turn that started it: its model calls are accounted under it
+/// (`crate::policy::CallKind`), and all of them are background work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunWork {
+    /// `sessions_spawn`.
+    #[default]
+    Subagent,
+    /// `delegate` to another agent.
+    Delegate,
+    /// A team task's run.
+    TeamTask,
+}
+
+impl RunWork {
+    pub fn is_subagent(&self) -> bool {
+        *self == RunWork::Subagent
+    }
+}
+
 /// The `sessions_spawn` parameters.
 #[derive(Debug, Clone, Default)]
 pub struct SpawnRequest {
@@ -69,6 +89,8 @@ pub struct SpawnRequest {
     pub waited: bool,
     /// A team task's run: `agent_id` is a member of this team (no `may_delegate` link needed).
     pub team: Option<String>,
+    /// What the run does for its parent (how its calls are accounted).
+    pub work: RunWork,
     /// The tool call that asks, the same when its turn is redone (`tools::current_call`):
     /// the run's id is derived from it, so a redone call finds the run it started before
     /// instead of starting the same work twice.

@@ -26,6 +26,7 @@ const SKIPPED: &[&str] = &[
     "alert_incidents",
     "channel_health",
     "budget_refusals",
+    "message_reach",
 ];
 const BATCH: i64 = 1_000;
 

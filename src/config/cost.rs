@@ -27,7 +27,8 @@ pub struct BudgetsConfig {
     pub agent_daily_usd: f64,
     pub total_daily_usd: f64,
     pub total_monthly_usd: f64,
-    /// Work nobody is waiting on in the chat: schedules, subagents, team tasks.
+    /// Work nobody is waiting on in the chat: schedules, heartbeats, subagents, delegations,
+    /// team tasks, plan steps run for a tool.
     pub background_daily_usd: f64,
 }
 
@@ -62,6 +63,10 @@ pub struct LimitsConfig {
     pub messages_per_minute: u32,
     /// Messages one person may send per hour (0: no limit).
     pub messages_per_hour: u32,
+    /// Messages one group chat may send per minute, everyone in it together (0: no limit).
+    pub group_messages_per_minute: u32,
+    /// Messages one group chat may send per hour (0: no limit).
+    pub group_messages_per_hour: u32,
     /// Subagent runs, delegations, team tasks and plan steps one message may cause, its
     /// whole tree counted.
     pub max_runs_per_message: u32,
@@ -76,6 +81,8 @@ impl Default for LimitsConfig {
         LimitsConfig {
             messages_per_minute: 0,
             messages_per_hour: 0,
+            group_messages_per_minute: 0,
+            group_messages_per_hour: 0,
             max_runs_per_message: 50,
             max_model_calls_per_message: 200,
             exempt: Vec::new(),

@@ -17,6 +17,8 @@ pub(crate) struct ModelCall<'a> {
     pub model: &'a ModelRef,
     /// The models tried after `model` (None: the configured `fallback.models`).
     pub fallbacks: Option<&'a [ModelRef]>,
+    /// Background work whatever its kind (a plan run for a tool).
+    pub background: bool,
 }
 
 impl<'a> ModelCall<'a> {
@@ -32,6 +34,8 @@ impl<'a> ModelCall<'a> {
             scope: turn_scope(input, session, persona),
             model: &persona.model,
             fallbacks: Some(&persona.agent.fallbacks),
+            // A run's calls, and those of a plan run for a tool, are background work.
+            background: persona.work.is_some() || input.for_tool,
         }
     }
 }
@@ -43,9 +47,13 @@ pub(super) fn turn_scope<'a>(
     session: &'a str,
     persona: &'a Persona,
 ) -> CallScope<'a> {
-    let (route, origin_message) = match &persona.origin {
-        Some((route, message)) => (route, message.as_deref()),
-        None => (input.route, Some(input.message_id)),
+    let (route, origin_message, origin_fresh) = match &persona.origin {
+        Some((route, message)) => (route, message.as_deref(), false),
+        None => (
+            input.route,
+            Some(input.message_id),
+            !input.effects.is_some_and(|(_, redo)| redo),
+        ),
     };
     CallScope {
         session_key: session,
@@ -53,6 +61,7 @@ pub(super) fn turn_scope<'a>(
         sender: input.sender,
         route,
         origin_message,
+        origin_fresh,
     }
 }
 
@@ -102,14 +111,16 @@ fn estimated_input_tokens(request: &ChatRequest, tool_tokens: usize) -> i64 {
     (text / 3 + tools + images * 1_600) as i64
 }
 
-/// What a turn's tool loop calls its model calls: a person's, a subagent's or a job's.
+/// What a turn's tool loop calls its model calls: a person's, a run's or a job's.
 pub(super) fn turn_kind(input: &TurnInput<'_>, persona: &Persona) -> CallKind {
-    if persona.depth > 0 {
-        CallKind::Subagent
-    } else if input.job.is_some() {
-        CallKind::Schedule
-    } else {
-        CallKind::UserTurn
+    use crate::spawn::RunWork;
+    match persona.work {
+        Some(RunWork::Subagent) => CallKind::Subagent,
+        Some(RunWork::Delegate) => CallKind::Delegate,
+        Some(RunWork::TeamTask) => CallKind::TeamTask,
+        None if input.heartbeat => CallKind::Heartbeat,
+        None if input.job.is_some() => CallKind::Schedule,
+        None => CallKind::UserTurn,
     }
 }
 
@@ -128,9 +139,64 @@ impl Engine {
             model: call.model,
             call_id: next_call_id(),
             estimated_input_tokens: estimated_input_tokens(request, self.tool_tokens),
+            background: call.background || call.kind.is_background(),
         };
-        if let Verdict::Refuse(why) = self.gate.before_model(&facts).await {
-            tracing::info!(kind = call.kind.as_str(), model = %call.model, "model call refused by policy");
+        let chain = async {
+            match call.fallbacks {
+                Some(fallbacks) => {
+                    self.chain
+                        .complete_via(call.model, fallbacks, request, on_delta)
+                        .await
+                }
+                None => {
+                    self.chain
+                        .complete_from(call.model, request, on_delta)
+                        .await
+                }
+            }
+        };
+        self.gated_model(&facts, chain, |(response, by)| (Some(by), &response.usage))
+            .await?
+    }
+
+    /// A voice note or audio file to text through the transcription service, past the gate
+    /// like any model call (its caps, its message's call limit; its usage recorded as
+    /// `transcription`). Err says why not (shown to the person).
+    pub(crate) async fn call_transcription(
+        &self,
+        call: ModelCall<'_>,
+        (name, mime, bytes): (&str, &str, Vec<u8>),
+    ) -> Result<String, String> {
+        let facts = ModelCallFacts {
+            scope: call.scope,
+            kind: CallKind::Transcription,
+            model: call.model,
+            call_id: next_call_id(),
+            // Audio tokens, estimated high from the file's size (compressed speech runs at
+            // 1–4 KB a second; speech models count 10–50 tokens a second).
+            estimated_input_tokens: (bytes.len() / 64) as i64,
+            background: call.background,
+        };
+        let transcribed = self.transcriber.transcribe(name, mime, bytes);
+        let answer = self
+            .gated_model(&facts, transcribed, |(_, usage)| (None, usage))
+            .await
+            .map_err(|refused| refused.to_string())?;
+        answer.map(|(text, _)| text)
+    }
+
+    /// Run `call` past the gate: refused (`Err`), it is never made; else its result, with
+    /// the gate told how it ended (`answered` says who answered — None: the model asked —
+    /// and what it used) or that
+    /// it was dropped before it ended (`/stop`).
+    async fn gated_model<T, E>(
+        &self,
+        facts: &ModelCallFacts<'_>,
+        call: impl std::future::Future<Output = Result<T, E>>,
+        answered: impl FnOnce(&T) -> (Option<&ModelRef>, &crate::providers::Usage),
+    ) -> Result<Result<T, E>, ChainError> {
+        if let Verdict::Refuse(why) = self.gate.before_model(facts).await {
+            tracing::info!(kind = facts.kind.as_str(), model = %facts.model, "model call refused by policy");
             return Err(ChainError::Refused(why));
         }
         // Dropped before it ends (`/stop`), the call is reported abandoned.
@@ -139,28 +205,20 @@ impl Engine {
             call_id: facts.call_id,
             armed: true,
         };
-        let result = match call.fallbacks {
-            Some(fallbacks) => {
-                self.chain
-                    .complete_via(call.model, fallbacks, request, on_delta)
-                    .await
-            }
-            None => {
-                self.chain
-                    .complete_from(call.model, request, on_delta)
-                    .await
-            }
-        };
+        let result = call.await;
         let outcome = match &result {
-            Ok((response, answered_by)) => ModelOutcome::Answered {
-                by: answered_by,
-                usage: &response.usage,
-            },
+            Ok(value) => {
+                let (by, usage) = answered(value);
+                ModelOutcome::Answered {
+                    by: by.unwrap_or(facts.model),
+                    usage,
+                }
+            }
             Err(_) => ModelOutcome::Failed,
         };
         pending.armed = false;
-        self.gate.after_model(&facts, outcome).await;
-        result
+        self.gate.after_model(facts, outcome).await;
+        Ok(result)
     }
 
     /// Ask the gate whether a run (a subagent, a plan step) may start; `Err` says why not.
@@ -230,6 +288,7 @@ impl Engine {
                 sender: cx.sender.as_deref(),
                 route: &cx.route,
                 origin_message: cx.in_reply_to.as_deref(),
+                origin_fresh: false,
             },
             tool,
             arguments,

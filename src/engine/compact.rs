@@ -219,9 +219,12 @@ async fn ask(
             sender: None,
             route: &session.route,
             origin_message: None,
+            origin_fresh: false,
         },
         model: &model,
         fallbacks: None,
+        // A run's history is background work's.
+        background: crate::spawn::run_of_session(&session.key).is_some(),
     };
     match engine.call_model(call, &request, &|_| {}).await {
         Ok((response, _)) if !response.content.trim().is_empty() => Some(response.content),

@@ -201,6 +201,8 @@ async fn turn_with(
         images: &[],
         mention_names: &[],
         job: None,
+        heartbeat: false,
+        for_tool: false,
         reports_run: None,
     };
     let out = engine

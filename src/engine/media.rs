@@ -142,7 +142,27 @@ impl Engine {
                 } else {
                     "audio"
                 };
-                match self.transcriber.transcribe(&name, &mime, bytes).await {
+                // Not configured: the transcriber says so (no call, nothing to account).
+                let transcribed = match self.transcriber.model() {
+                    Some(model) => {
+                        let call = ModelCall {
+                            model: &model,
+                            ..ModelCall::of_turn(
+                                CallKind::Transcription,
+                                input,
+                                &session.key,
+                                persona,
+                            )
+                        };
+                        self.call_transcription(call, (&name, &mime, bytes)).await
+                    }
+                    None => self
+                        .transcriber
+                        .transcribe(&name, &mime, bytes)
+                        .await
+                        .map(|(text, _)| text),
+                };
+                match transcribed {
                     Ok(text) => prepared.notes.push(format!(
                         "[Transcript of the user's {what} (saved at {path}):] {text}"
                     )),

@@ -115,6 +115,10 @@ pub struct TurnInput<'a> {
     /// The scheduled job this turn runs for: set from the journal entry's internal flag
     /// (`schedules::job_of_message`), never from an id a client can choose.
     pub job: Option<&'a str>,
+    /// The job is a heartbeat (its calls are accounted as such).
+    pub heartbeat: bool,
+    /// The turn's work runs for a tool (`plan_and_execute`'s plan): background work.
+    pub for_tool: bool,
     /// The subagent run whose outcome this (internal) message reports.
     pub reports_run: Option<&'a str>,
 }
@@ -354,6 +358,7 @@ impl Engine {
                 sender: input.sender,
                 route,
                 origin_message: Some(input.message_id),
+                origin_fresh: false,
             };
             if let Err(why) = self.admit_turn(scope).await {
                 return Ok(TurnOutput::reply(OutboundKind::Error, why));
@@ -466,6 +471,11 @@ impl Engine {
                 "Error: invalid arguments: field `task` must be a non-empty string".into(),
                 (0, 0),
             );
+        };
+        // The plan runs for the tool: its calls are background work.
+        let input = &TurnInput {
+            for_tool: true,
+            ..*input
         };
         let mut planned = TurnOutput::default();
         let Some((goal, steps)) = self

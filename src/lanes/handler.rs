@@ -59,13 +59,12 @@ impl TurnHandler {
         stop: &CancellationToken,
     ) -> Result<(), TurnError> {
         let job = crate::schedules::job_of_message(&entry.message);
+        let mut heartbeat = false;
         // A cancelled job's queued turns are dropped (answered with nothing).
         if let Some(job) = job {
-            let cancelled = self
-                .store
-                .job_get(job)
-                .await?
-                .is_none_or(|job| job.state == crate::storage::JobState::Cancelled);
+            let row = self.store.job_get(job).await?;
+            heartbeat = row.as_ref().is_some_and(|job| job.heartbeat);
+            let cancelled = row.is_none_or(|job| job.state == crate::storage::JobState::Cancelled);
             if cancelled {
                 tracing::info!(job, "the job was cancelled; its queued turn is dropped");
                 crate::metrics::job_run("dropped_cancelled");
@@ -99,6 +98,8 @@ impl TurnHandler {
             images: &[],
             mention_names: &entry.message.mention_names,
             job,
+            heartbeat,
+            for_tool: false,
             // Only the service writes internal entries (a client's message id is its own).
             reports_run: entry
                 .message

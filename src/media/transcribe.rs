@@ -1,6 +1,7 @@
 //! Voice notes and audio to text through an OpenAI-compatible `/audio/transcriptions`
 //! endpoint (`[transcription]`: OpenAI, Groq, a local whisper.cpp server): a multipart
-//! upload of the file and the model name, answered with `{"text": ...}`.
+//! upload of the file and the model name, answered with `{"text": ...}` (and, from models
+//! billed by token, `usage: {type: "tokens", input_tokens, output_tokens}`).
 
 use crate::config::TranscriptionConfig;
 use secrecy::{ExposeSecret, SecretString};
@@ -27,13 +28,25 @@ impl Transcriber {
         }
     }
 
-    /// The text of an audio file; Err says why not (shown to the user).
+    /// The configured model (None: no service), as `transcription/<model>`: the key its
+    /// price is found under and what its calls are accounted as.
+    pub fn model(&self) -> Option<crate::providers::ModelRef> {
+        self.service
+            .as_ref()
+            .map(|(_, model, _)| crate::providers::ModelRef {
+                provider: "transcription".into(),
+                model: model.clone(),
+            })
+    }
+
+    /// The text of an audio file and what the service says it used; Err says why not
+    /// (shown to the user).
     pub async fn transcribe(
         &self,
         name: &str,
         mime: &str,
         bytes: Vec<u8>,
-    ) -> Result<String, String> {
+    ) -> Result<(String, crate::providers::Usage), String> {
         let Some((base, model, key)) = &self.service else {
             return Err("no transcription service is configured ([transcription] base_url)".into());
         };
@@ -70,8 +83,15 @@ impl Transcriber {
                 e.without_url()
             )
         })?;
+        // Models billed by the second report `{"type": "duration"}`: no tokens to count.
+        let tokens = |key: &str| body["usage"][key].as_i64().unwrap_or(0).max(0);
+        let usage = crate::providers::Usage {
+            input_tokens: tokens("input_tokens"),
+            output_tokens: tokens("output_tokens"),
+            ..Default::default()
+        };
         match body["text"].as_str().map(str::trim) {
-            Some(text) if !text.is_empty() => Ok(text.to_string()),
+            Some(text) if !text.is_empty() => Ok((text.to_string(), usage)),
             _ => Err("the transcription came back empty".into()),
         }
     }

@@ -16,10 +16,16 @@ use std::sync::Arc;
 pub enum CallKind {
     /// A person's turn (the tool loop, or `/plan`'s final answer).
     UserTurn,
-    /// A subagent's step.
+    /// A subagent's step (`sessions_spawn`).
     Subagent,
+    /// A step of a run `delegate`d to another agent.
+    Delegate,
+    /// A step of a team task's run.
+    TeamTask,
     /// A scheduled job's turn.
     Schedule,
+    /// A heartbeat job's turn.
+    Heartbeat,
     /// A `/plan` or `plan_and_execute` planning call.
     Planning,
     /// One step of a `steps` plan, or its closing answer.
@@ -30,6 +36,8 @@ pub enum CallKind {
     MemoryFlush,
     /// A vision model describing an image for a model that cannot see.
     VisionDescription,
+    /// Speech to text (a voice note or an audio file).
+    Transcription,
 }
 
 impl CallKind {
@@ -37,13 +45,29 @@ impl CallKind {
         match self {
             CallKind::UserTurn => "user_turn",
             CallKind::Subagent => "subagent",
+            CallKind::Delegate => "delegate",
+            CallKind::TeamTask => "team_task",
             CallKind::Schedule => "schedule",
+            CallKind::Heartbeat => "heartbeat",
             CallKind::Planning => "planning",
             CallKind::PlanStep => "plan_step",
             CallKind::Compaction => "compaction",
             CallKind::MemoryFlush => "memory_flush",
             CallKind::VisionDescription => "vision_description",
+            CallKind::Transcription => "transcription",
         }
+    }
+
+    /// Work of this kind is never what a person in the chat waits on.
+    pub fn is_background(self) -> bool {
+        matches!(
+            self,
+            CallKind::Subagent
+                | CallKind::Delegate
+                | CallKind::TeamTask
+                | CallKind::Schedule
+                | CallKind::Heartbeat
+        )
     }
 }
 
@@ -58,6 +82,10 @@ pub struct CallScope<'a> {
     /// The person's message this work traces back to, in `route`'s chat (a subagent's: the
     /// message its tree started from): one message's limits count under it.
     pub origin_message: Option<&'a str>,
+    /// Made by the first attempt of the very turn answering `origin_message`, in this
+    /// process (not a redo, not a subagent): the message's first few model calls are counted
+    /// here without the store.
+    pub origin_fresh: bool,
 }
 
 /// A tool call about to run (or that ran).
@@ -88,6 +116,9 @@ pub struct ModelCallFacts<'a> {
     pub call_id: u64,
     /// The request's input tokens, estimated on the high side before the call.
     pub estimated_input_tokens: i64,
+    /// Work nobody in the chat waits on (runs, jobs, plan steps run for a tool): the
+    /// background cap holds it.
+    pub background: bool,
 }
 
 /// How a model call that was allowed ended.

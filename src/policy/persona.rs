@@ -28,6 +28,8 @@ pub struct Persona {
     pub depth: u32,
     /// For subagents: the chat/thread (and message) their own children announce into.
     pub origin: Option<(ChatRoute, Option<String>)>,
+    /// For subagents: what the run does for its parent (how its calls are accounted).
+    pub work: Option<crate::spawn::RunWork>,
     /// For subagents: hears the tools of each step (their status message shows them).
     pub progress: Option<Arc<dyn StepObserver>>,
     /// Where this agent's own `sessions_spawn` children go (None: it may not spawn).
@@ -56,6 +58,7 @@ pub struct RunPersona<'a> {
     pub session_key: &'a str,
     pub sandboxed: bool,
     pub origin: (ChatRoute, Option<String>),
+    pub work: crate::spawn::RunWork,
     pub progress: Arc<dyn StepObserver>,
     pub spawner: Arc<dyn Spawner>,
 }
@@ -182,6 +185,7 @@ impl Personas {
             model,
             depth: 0,
             origin: None,
+            work: None,
             progress: None,
             spawner: spawner.filter(|_| spawning).cloned(),
             agent,
@@ -328,6 +332,7 @@ impl Personas {
             model: run.model.clone(),
             depth: run.depth,
             origin: Some(run.origin),
+            work: Some(run.work),
             progress: Some(run.progress),
             spawner: Some(run.spawner),
         }

@@ -15,6 +15,7 @@ mod effects;
 mod jobs;
 mod journal;
 mod leases;
+mod limits;
 mod memories;
 mod outbox;
 mod outbox_reads;
@@ -44,6 +45,7 @@ pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::{JournalStore, MAX_TURN_ATTEMPTS};
 pub use leases::LeaseStore;
+pub use limits::{LimitStore, RateCheck, ReachCount};
 pub use memories::{
     MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token, words_of,
 };
@@ -102,6 +104,7 @@ pub trait Store:
     + JobStore
     + DueJobStore
     + UsageStore
+    + LimitStore
     + ApprovalStore
     + ApprovalRuleStore
     + TaintStore

@@ -166,32 +166,6 @@ pub trait UsageStore: Send + Sync {
             .pop()
             .unwrap_or_default())
     }
-    /// Count a message of `subject` at `now_ms` unless a window is full. `windows` are
-    /// (length ms, most messages); `Some(t)` (not counted) is when the next one fits.
-    async fn rate_take(
-        &self,
-        subject: &str,
-        now_ms: i64,
-        windows: &[(i64, u32)],
-    ) -> StoreResult<Option<i64>>;
-}
-
-/// When the next message fits, given the times of the messages in the longest window
-/// (oldest first); None when every window has room.
-fn rate_verdict(hits: &[i64], now_ms: i64, windows: &[(i64, u32)]) -> Option<i64> {
-    windows
-        .iter()
-        .filter_map(|&(length, max)| {
-            let inside: Vec<i64> = hits
-                .iter()
-                .copied()
-                .filter(|at| *at > now_ms - length)
-                .collect();
-            let over = inside.len().checked_sub(max as usize)?;
-            // The window has room again once its `over + 1` oldest hits have left it.
-            Some(inside[over] + length)
-        })
-        .max()
 }
 
 macro_rules! usage_sums {
@@ -335,30 +309,6 @@ macro_rules! sql {
                     })
                     .collect())
             }
-
-            async fn rate_take(&self, subject: &str, now_ms: i64, windows: &[(i64, u32)]) -> $crate::storage::StoreResult<Option<i64>> {
-                let longest = windows.iter().map(|w| w.0).max().unwrap_or(0);
-                let mut tx = self.write.begin().await?;
-                sqlx::query("DELETE FROM rate_hits WHERE subject = $1 AND at <= $2")
-                    .bind(subject)
-                    .bind(now_ms - longest)
-                    .execute(&mut *tx)
-                    .await?;
-                let hits: Vec<i64> = sqlx::query_scalar("SELECT at FROM rate_hits WHERE subject = $1 ORDER BY at")
-                    .bind(subject)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                let verdict = rate_verdict(&hits, now_ms, windows);
-                if verdict.is_none() {
-                    sqlx::query("INSERT INTO rate_hits (subject, at) VALUES ($1, $2)")
-                        .bind(subject)
-                        .bind(now_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(verdict)
-            }
         }
     };
 }
@@ -445,28 +395,4 @@ async fn reserve_row_by_row(
     }
     tx.commit().await?;
     Ok(Ok(()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rate_verdict;
-
-    #[test]
-    fn a_full_window_says_when_its_oldest_hit_leaves() {
-        let minute = 60_000;
-        // Two a minute: the third within the minute waits for the first to leave.
-        assert_eq!(
-            rate_verdict(&[1_000, 2_000], 3_000, &[(minute, 2)]),
-            Some(61_000)
-        );
-        assert_eq!(rate_verdict(&[1_000], 3_000, &[(minute, 2)]), None);
-        // Hits older than the window do not count.
-        assert_eq!(rate_verdict(&[1_000, 2_000], 62_000, &[(minute, 2)]), None);
-        // The later of two full windows decides.
-        let hour = 3_600_000;
-        assert_eq!(
-            rate_verdict(&[0, 1_000, 50_000], 55_000, &[(minute, 5), (hour, 3)]),
-            Some(hour)
-        );
-    }
 }

@@ -61,6 +61,8 @@ pub(crate) struct RunSpec {
     pub start: Start,
     /// The person the tree works for (see `SpawnScope::requester`).
     pub requester: Option<String>,
+    /// What it does for its parent (how its calls are accounted).
+    pub work: crate::spawn::RunWork,
 }
 
 /// How a run's task starts.
@@ -292,6 +294,7 @@ impl Registry {
             sender: None,
             route: &scope.origin,
             origin_message: scope.origin_message.as_deref(),
+            origin_fresh: false,
         };
         self.engine
             .admit_run(scope_facts, crate::policy::RunKind::Subagent)
@@ -359,6 +362,7 @@ impl Registry {
             sandbox: request.sandbox,
             timeout_secs: timeout.as_secs(),
             requester: scope.requester.clone(),
+            work: request.work,
         };
         let now = crate::clock::now_ms();
         let row = RunRow {
@@ -432,6 +436,7 @@ impl Registry {
             status_message: Some(status_message),
             start: Start::New,
             requester: scope.requester.clone(),
+            work: request.work,
         };
         tracing::info!(run_id = %id, label = %label, agent = %agent.id, depth, parent = %scope.parent_session, "subagent spawned");
         self.launch(live, spec, inputs);

@@ -13,6 +13,7 @@
 
 use super::{LiveRun, Registry, RunOrigin, RunRef, RunSpec, Start, runner};
 use crate::providers::ModelRef;
+use crate::spawn::RunWork;
 use crate::storage::{RunMode, RunRow, RunState, StoreError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub(crate) struct StoredSpec {
     /// The person the tree works for (absent in runs stored before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<String>,
+    /// What the run does for its parent (absent: a `sessions_spawn` run, or one stored before
+    /// it was kept).
+    #[serde(default, skip_serializing_if = "RunWork::is_subagent")]
+    pub work: RunWork,
 }
 
 impl StoredSpec {
@@ -139,6 +144,7 @@ impl Registry {
                 input: row.step_input.clone(),
             },
             requester: stored.requester,
+            work: stored.work,
         })
     }
 
@@ -192,14 +198,14 @@ mod tests {
             sandbox: true,
             timeout_secs: 90,
             requester: Some("7".into()),
+            work: crate::spawn::RunWork::Delegate,
         };
         let back: StoredSpec = serde_json::from_str(&spec.to_json()).unwrap();
         assert_eq!(back, spec);
         // A spec stored before the requester was kept reads back without one.
         let old = r#"{"system":"s","tools":[],"sandbox":false,"timeout_secs":5}"#;
-        assert_eq!(
-            serde_json::from_str::<StoredSpec>(old).unwrap().requester,
-            None
-        );
+        let old: StoredSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(old.requester, None);
+        assert_eq!(old.work, crate::spawn::RunWork::Subagent);
     }
 }

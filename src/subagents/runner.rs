@@ -186,6 +186,7 @@ async fn execute(
         session_key: &key,
         sandboxed: spec.sandbox,
         origin: (spec.origin.route.clone(), spec.origin.message.clone()),
+        work: spec.work,
         progress,
         // Its own children (below subagents.max_depth) are spawned through the same registry.
         spawner: Arc::new(registry.clone()),
@@ -223,6 +224,8 @@ async fn execute(
                 images: &[],
                 mention_names: &[],
                 job: None,
+                heartbeat: false,
+                for_tool: false,
                 reports_run: None,
             };
             let stop = CancellationToken::new();

@@ -141,6 +141,7 @@ impl Tool for SessionsSpawn {
             agent_id: args.agent_id,
             waited: false,
             team: None,
+            work: crate::spawn::RunWork::Subagent,
             call,
             redo,
         };
@@ -239,6 +240,7 @@ impl Tool for Delegate {
                 .or_else(|| Some(format!("{} (delegated)", args.agent_id))),
             agent_id: Some(args.agent_id),
             waited: args.wait,
+            work: crate::spawn::RunWork::Delegate,
             call,
             redo,
             ..SpawnRequest::default()

@@ -387,6 +387,7 @@ async fn start_ready(cx: &TeamCx<'_>, team: &Team) -> Result<Vec<i64>, ToolError
             label: Some(format!("{} #{}", team.id, task.id)),
             agent_id: Some(assignee.clone()),
             team: Some(team.id.clone()),
+            work: crate::spawn::RunWork::TeamTask,
             ..SpawnRequest::default()
         };
         match handle.spawner.spawn(&scope, request).await {

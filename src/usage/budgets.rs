@@ -2,7 +2,7 @@
 //! is spent.
 
 use crate::config::Config;
-use crate::policy::{CallKind, CallScope};
+use crate::policy::CallScope;
 use crate::storage::BudgetHold;
 
 /// One configured cap, as it applies to a call.
@@ -22,13 +22,9 @@ pub struct Holds {
     names: Vec<(&'static str, String, bool)>,
 }
 
-/// Work nobody in the chat is waiting on.
-pub fn is_background(kind: CallKind) -> bool {
-    matches!(kind, CallKind::Subagent | CallKind::Schedule)
-}
-
-/// The caps that apply to a call of `kind` in `scope` at `now_ms` (none configured: empty).
-pub fn holds(config: &Config, scope: &CallScope<'_>, kind: CallKind, now_ms: i64) -> Holds {
+/// The caps that apply to a call in `scope` at `now_ms` (none configured: empty);
+/// `background` work is also held by the background cap.
+pub fn holds(config: &Config, scope: &CallScope<'_>, background: bool, now_ms: i64) -> Holds {
     let b = &config.budgets;
     let route = scope.route;
     let mut caps = Vec::new();
@@ -88,7 +84,7 @@ pub fn holds(config: &Config, scope: &CallScope<'_>, kind: CallKind, now_ms: i64
         false,
         agent_cap,
     );
-    if is_background(kind) {
+    if background {
         cap(
             "the daily budget for background work",
             "budgets.background_daily_usd",

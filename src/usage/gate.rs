@@ -8,7 +8,7 @@ use super::reach::{Counted, Reach};
 use super::writer::{Stored, UsageWriter};
 use crate::config::Config;
 use crate::policy::{CallScope, Gate, ModelCallFacts, ModelOutcome, RunFacts, RunKind, Verdict};
-use crate::storage::{NewUsage, UsageStore};
+use crate::storage::{LimitStore, NewUsage, RateCheck, UsageStore};
 use async_trait::async_trait;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 pub struct CostGate {
     config: Arc<Config>,
     store: Arc<dyn UsageStore>,
+    /// Rate windows and one message's reach, shared by the processes on the database.
+    limits: Arc<dyn LimitStore>,
     /// Rows of calls with nothing to settle, stored in groups.
     writer: UsageWriter,
     prices: Arc<Prices>,
@@ -29,15 +31,21 @@ pub struct CostGate {
 }
 
 impl CostGate {
-    pub fn new(config: Arc<Config>, store: Arc<dyn UsageStore>, prices: Arc<Prices>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn UsageStore>,
+        limits: Arc<dyn LimitStore>,
+        prices: Arc<Prices>,
+    ) -> Self {
         CostGate {
+            reach: Reach::new(limits.clone(), config.limits.max_model_calls_per_message),
+            limits,
             budgets_on: config.budgets.any(&config.agents),
             exempt: config.limits.exempt.iter().cloned().collect(),
             config,
             writer: UsageWriter::start(store.clone()),
             store,
             prices,
-            reach: Reach::default(),
             held: Mutex::default(),
         }
     }
@@ -45,7 +53,7 @@ impl CostGate {
     /// Hold the call's worst case against its caps; the refusal names the cap that is spent.
     async fn reserve(&self, call: &ModelCallFacts<'_>) -> Verdict {
         let now = crate::clock::now_ms();
-        let holds = budgets::holds(&self.config, &call.scope, call.kind, now);
+        let holds = budgets::holds(&self.config, &call.scope, call.background, now);
         if holds.holds.is_empty() {
             return Verdict::Allow;
         }
@@ -91,32 +99,62 @@ impl Gate for CostGate {
         let Some(sender) = scope.sender else {
             return Verdict::Allow;
         };
-        let windows: Vec<(i64, u32)> = [
-            (60_000, limits.messages_per_minute),
-            (3_600_000, limits.messages_per_hour),
-        ]
-        .into_iter()
-        .filter(|(_, max)| *max > 0)
-        .collect();
-        if windows.is_empty() {
+        let person = windows(limits.messages_per_minute, limits.messages_per_hour);
+        let group = match scope.route.kind {
+            ferroclaw_channel_core::ChatKind::Group => windows(
+                limits.group_messages_per_minute,
+                limits.group_messages_per_hour,
+            ),
+            _ => Vec::new(),
+        };
+        if person.is_empty() && group.is_empty() {
             return Verdict::Allow;
         }
-        let subject = format!("{}:{sender}", scope.route.channel);
+        let route = scope.route;
+        let subject = format!("{}:{sender}", route.channel);
         if self.exempt.contains(&subject) {
             return Verdict::Allow;
         }
+        let chat = format!("chat:{}:{}", route.channel, route.chat_id);
+        let mut checks = Vec::with_capacity(2);
+        if !person.is_empty() {
+            checks.push(RateCheck {
+                subject: &subject,
+                windows: &person,
+            });
+        }
+        if !group.is_empty() {
+            checks.push(RateCheck {
+                subject: &chat,
+                windows: &group,
+            });
+        }
         let now = crate::clock::now_ms();
-        match self.store.rate_take(&subject, now, &windows).await {
+        match self.limits.rate_take(&checks, now).await {
             Ok(None) => Verdict::Allow,
-            Ok(Some(at)) => {
-                tracing::info!(channel = %scope.route.channel, "message over the rate limit");
-                let per = match (limits.messages_per_minute, limits.messages_per_hour) {
+            Ok(Some((i, at))) => {
+                let for_group = checks[i].subject == chat;
+                tracing::info!(channel = %route.channel, group = for_group, "message over the rate limit");
+                let (who, minute, hour) = if for_group {
+                    (
+                        "This group is writing",
+                        limits.group_messages_per_minute,
+                        limits.group_messages_per_hour,
+                    )
+                } else {
+                    (
+                        "You are writing",
+                        limits.messages_per_minute,
+                        limits.messages_per_hour,
+                    )
+                };
+                let per = match (minute, hour) {
                     (0, hour) => format!("{hour} per hour"),
                     (minute, 0) => format!("{minute} per minute"),
                     (minute, hour) => format!("{minute} per minute, {hour} per hour"),
                 };
                 Verdict::Refuse(format!(
-                    "⏳ You are writing faster than this bot answers ({per}); try again in {}.",
+                    "⏳ {who} faster than this bot answers ({per}); try again in {}.",
                     super::wait_words(at - now)
                 ))
             }
@@ -131,9 +169,15 @@ impl Gate for CostGate {
 
     async fn before_run(&self, run: &RunFacts<'_>) -> Verdict {
         let limit = self.config.limits.max_runs_per_message;
-        match self.reach.count(&run.scope, true, limit) {
-            Counted::Within => Verdict::Allow,
-            Counted::Over(limit) => {
+        match self.reach.run(&run.scope, limit).await {
+            Ok(Counted::Within) => Verdict::Allow,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not count a run against its message's limit");
+                Verdict::Refuse(format!(
+                    "refused: the message's run limit could not be checked just now (storage unavailable: {e}); try again shortly."
+                ))
+            }
+            Ok(Counted::Over(limit)) => {
                 let what = match run.kind {
                     RunKind::Subagent => "subagent",
                     RunKind::PlanStep => "plan step",
@@ -154,7 +198,17 @@ impl Gate for CostGate {
 
     async fn before_model(&self, call: &ModelCallFacts<'_>) -> Verdict {
         let limit = self.config.limits.max_model_calls_per_message;
-        if let Counted::Over(limit) = self.reach.count(&call.scope, false, limit) {
+        let counted = match self.reach.call(&call.scope, limit).await {
+            Ok(counted) => counted,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not count a model call against its message's limit");
+                return Verdict::Refuse(
+                    "⚠️ This message's call limit could not be checked just now (storage unavailable); try again shortly."
+                        .into(),
+                );
+            }
+        };
+        if let Counted::Over(limit) = counted {
             tracing::info!(
                 limit,
                 "model call refused: the message reached its call limit"
@@ -230,4 +284,12 @@ impl Gate for CostGate {
             tracing::warn!(error = %e, "could not record a model call's usage");
         }
     }
+}
+
+/// The rate windows of a per-minute and a per-hour limit (0: off), as (length ms, most).
+fn windows(per_minute: u32, per_hour: u32) -> Vec<(i64, u32)> {
+    [(60_000, per_minute), (3_600_000, per_hour)]
+        .into_iter()
+        .filter(|(_, max)| *max > 0)
+        .collect()
 }

@@ -1,69 +1,151 @@
 //! How far one person's message has reached: the model calls and the runs (subagents,
-//! delegations, team tasks, plan steps) its whole tree has caused, counted in this process
-//! under the message the tree traces back to.
+//! delegations, team tasks, plan steps) its whole tree has caused, counted under the message
+//! the tree traces back to, by every process on the database and across restarts.
+//!
+//! Runs are taken from the store one at a time (each already writes its own rows). Model
+//! calls would cost a write each, so: the first [`LOCAL_CALLS`] of a message's own first
+//! turn are counted in its process only, and everything else takes calls from the store in
+//! blocks of [`BLOCK`] and uses them up here. Whoever first writes a message's row charges
+//! it the local allowance, so a redone turn, a resumed child or another process never gets
+//! calls the first turn may have used. A block half used when its process stops is lost:
+//! the limit may stop a tree early by up to a block per process, never late.
 
 use crate::policy::CallScope;
+use crate::storage::{LimitStore, ReachCount, StoreError};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Messages remembered before the ones quiet for an hour are forgotten.
+/// Model calls a message's own first turn counts without the store.
+pub const LOCAL_CALLS: u32 = 8;
+/// Model calls taken from the store at once.
+pub const BLOCK: u32 = 16;
+/// Messages remembered here before the ones quiet for an hour are forgotten.
 const REMEMBERED: usize = 4_096;
 const QUIET: Duration = Duration::from_secs(3_600);
+/// The store forgets messages untouched for a day.
+const KEPT_MS: i64 = 86_400_000;
 
 #[derive(Clone, Copy)]
 struct Counts {
-    calls: u32,
-    runs: u32,
+    /// Calls of the message's own first turn counted here only.
+    local: u32,
+    /// Calls taken from the store and not used yet.
+    taken: u32,
     touched: Instant,
 }
 
-#[derive(Default)]
 pub struct Reach {
+    store: std::sync::Arc<dyn LimitStore>,
+    /// `limits.max_model_calls_per_message`'s allowance for a first turn (what a row created
+    /// by anyone is charged for it).
+    local: u32,
     by_message: Mutex<HashMap<String, Counts>>,
+    /// Writes to the store since it was last pruned.
+    writes: AtomicU32,
 }
 
-/// What was counted: `Err` when it went over its limit (then it is not counted).
+/// What was counted: `Over` when it would pass its limit (then it is not counted).
 pub enum Counted {
     Within,
     Over(u32),
 }
 
 impl Reach {
-    /// Count one more model call (`run` false) or run (`run` true) for the message behind
-    /// `scope`, unless that would pass `limit` (0: no limit). Work traced to no message
-    /// (compaction) is not counted.
-    pub fn count(&self, scope: &CallScope<'_>, run: bool, limit: u32) -> Counted {
-        let (Some(message), true) = (scope.origin_message, limit > 0) else {
-            return Counted::Within;
-        };
-        let route = scope.route;
-        let key = format!(
-            "{}\u{1f}{}\u{1f}{}\u{1f}{message}",
-            route.channel,
-            route.chat_id,
-            route.thread_id.as_deref().unwrap_or_default()
-        );
-        let now = Instant::now();
-        let mut map = self.by_message.lock().expect("reach lock");
-        if map.len() >= REMEMBERED && !map.contains_key(&key) {
-            map.retain(|_, c| now.duration_since(c.touched) < QUIET);
+    pub fn new(store: std::sync::Arc<dyn LimitStore>, max_model_calls: u32) -> Self {
+        Reach {
+            store,
+            local: LOCAL_CALLS.min(max_model_calls),
+            by_message: Mutex::default(),
+            writes: AtomicU32::new(0),
         }
-        let counts = map.entry(key).or_insert(Counts {
-            calls: 0,
-            runs: 0,
-            touched: now,
-        });
-        counts.touched = now;
-        let slot = if run {
-            &mut counts.runs
-        } else {
-            &mut counts.calls
-        };
-        if *slot >= limit {
-            return Counted::Over(limit);
-        }
-        *slot += 1;
-        Counted::Within
     }
+
+    /// Count one more run for the message behind `scope`, unless that would pass `limit`
+    /// (0: no limit). Work traced to no message (compaction) is not counted.
+    pub async fn run(&self, scope: &CallScope<'_>, limit: u32) -> Result<Counted, StoreError> {
+        let Some(origin) = origin_key(scope, limit) else {
+            return Ok(Counted::Within);
+        };
+        let granted = self.take(&origin, ReachCount::Runs, 1, limit).await?;
+        Ok(if granted > 0 {
+            Counted::Within
+        } else {
+            Counted::Over(limit)
+        })
+    }
+
+    /// Count one more model call for the message behind `scope`, unless that would pass
+    /// `limit` (`limits.max_model_calls_per_message`; 0: no limit).
+    pub async fn call(&self, scope: &CallScope<'_>, limit: u32) -> Result<Counted, StoreError> {
+        let Some(origin) = origin_key(scope, limit) else {
+            return Ok(Counted::Within);
+        };
+        {
+            let mut map = self.by_message.lock().expect("reach lock");
+            let now = Instant::now();
+            if map.len() >= REMEMBERED && !map.contains_key(&origin) {
+                map.retain(|_, c| now.duration_since(c.touched) < QUIET);
+            }
+            let counts = map.entry(origin.clone()).or_insert(Counts {
+                local: 0,
+                taken: 0,
+                touched: now,
+            });
+            counts.touched = now;
+            if scope.origin_fresh && counts.local < self.local {
+                counts.local += 1;
+                return Ok(Counted::Within);
+            }
+            if counts.taken > 0 {
+                counts.taken -= 1;
+                return Ok(Counted::Within);
+            }
+        }
+        let granted = self.take(&origin, ReachCount::Calls, BLOCK, limit).await?;
+        if granted == 0 {
+            return Ok(Counted::Over(limit));
+        }
+        let mut map = self.by_message.lock().expect("reach lock");
+        if let Some(counts) = map.get_mut(&origin) {
+            counts.taken += u32::try_from(granted - 1).unwrap_or(0);
+        }
+        Ok(Counted::Within)
+    }
+
+    async fn take(
+        &self,
+        origin: &str,
+        what: ReachCount,
+        want: u32,
+        limit: u32,
+    ) -> Result<i64, StoreError> {
+        let now = crate::clock::now_ms();
+        if self.writes.fetch_add(1, Ordering::Relaxed) % 1_024 == 1_023 {
+            self.store.reach_forget(now - KEPT_MS).await?;
+        }
+        self.store
+            .reach_take(
+                origin,
+                what,
+                i64::from(want),
+                i64::from(limit),
+                i64::from(self.local),
+                now,
+            )
+            .await
+    }
+}
+
+/// The key a message's reach is counted under (None: not counted).
+fn origin_key(scope: &CallScope<'_>, limit: u32) -> Option<String> {
+    let message = scope.origin_message.filter(|_| limit > 0)?;
+    let route = scope.route;
+    Some(format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{message}",
+        route.channel,
+        route.chat_id,
+        route.thread_id.as_deref().unwrap_or_default()
+    ))
 }

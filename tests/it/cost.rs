@@ -515,3 +515,143 @@ async fn a_call_stopped_mid_answer_gives_its_reservation_back() {
         "only the answered call is spent"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_telegram_a_busy_group_is_limited_as_a_whole() {
+    use crate::common::telegram::{TOKEN, TelegramStandIn, group, texts_settle};
+    let llm = LlmStandIn::echo().await;
+    let tg = TelegramStandIn::start().await;
+    let extra = format!(
+        "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TG_TOKEN\"\napi_url = \"{}\"\naccess = \"open\"\n\n\
+         [limits]\nmessages_per_minute = 5\ngroup_messages_per_minute = 2\n",
+        tg.url
+    );
+    let work = Workdir::new(&config_with_llm(&llm.url, &extra));
+    let service = Service::start(&work, &[("FC_TG_TOKEN", TOKEN)]).await;
+    // Three members, one message each, within the minute: the group's third is refused
+    // although its sender wrote nothing before.
+    tg.push_message(group(-100, 7, 1, "from seven", true, None));
+    texts_settle(&tg, -100, |t| !t.is_empty()).await;
+    tg.push_message(group(-100, 8, 2, "from eight", true, None));
+    texts_settle(&tg, -100, |t| t.len() >= 2).await;
+    tg.push_message(group(-100, 9, 3, "from nine", true, None));
+    let texts = texts_settle(&tg, -100, |t| t.len() >= 3).await;
+    assert!(
+        texts[2].starts_with(
+            "⏳ This group is writing faster than this bot answers (2 per minute); try again in"
+        ),
+        "{texts:?}"
+    );
+    assert_eq!(llm.count(), 2, "the refused message reached no model");
+    // The same person in a DM is limited as a person only.
+    tg.push_message(crate::common::telegram::dm(9, 4, "just me"));
+    let texts = texts_settle(&tg, 9, |t| !t.is_empty()).await;
+    assert!(texts[0].starts_with("echo"), "{texts:?}");
+    assert_eq!(llm.count(), 3);
+    // The refused message is in the journal, answered.
+    service.terminate().await;
+    let db = work.path().join("ferroclaw.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let state: String = sqlx::query_scalar(
+        "SELECT state FROM inbound WHERE chat_id = '-100' AND platform_id = '3'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(state, "done");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_messages_call_limit_holds_across_a_kill_and_restart() {
+    // Every answer asks for another tool call; the seventh request is never answered, so
+    // the first attempt dies mid-turn with six calls answered.
+    let llm = LlmStandIn::start(|_, index| {
+        if index == 6 {
+            Behaviour::Hang
+        } else {
+            Behaviour::tool("list_files", json!({}))
+        }
+    })
+    .await;
+    let work = Workdir::new(
+        &cfg(&llm.url, "[limits]\nmax_model_calls_per_message = 12\n").replacen(
+            "[agent]\n",
+            "[agent]\nmax_iterations = 100\n",
+            1,
+        ),
+    );
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    hook.send("c1", None, "m1", "keep going", "").await;
+    wait_for("the hung call", Duration::from_secs(30), || async {
+        (llm.count() >= 7).then_some(())
+    })
+    .await;
+    service.kill();
+
+    // Restarted, the turn is redone: it may make only what the message has left.
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    let told = wait_for("the limit's line", Duration::from_secs(30), || async {
+        hook.list("c1", 0).await.iter().find_map(|m| {
+            m["text"]
+                .as_str()
+                .filter(|t| t.contains("limits.max_model_calls_per_message"))
+                .map(str::to_string)
+        })
+    })
+    .await;
+    assert!(told.contains("12 model calls"), "{told}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let made = llm.count();
+    assert!(
+        (8..=12).contains(&made),
+        "the redone turn made some calls and the message stayed within 12 in all: {made}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delegations_team_tasks_and_plans_run_for_a_tool_are_background_work() {
+    let llm = LlmStandIn::start(|body: &Value, _| {
+        let last = last_user(body);
+        let results = crate::common::llm::tool_results(body).len();
+        match last.as_str() {
+            "hand it over" if results == 0 => Behaviour::tool(
+                "delegate",
+                json!({"agent_id": "helper", "task": "helper work", "wait": true}),
+            ),
+            "helper work" => Behaviour::reply("helped"),
+            _ => Behaviour::reply(format!("ok: {}", last.chars().take(30).collect::<String>())),
+        }
+    })
+    .await;
+    let work = Workdir::new(&cfg(
+        &llm.url,
+        &format!(
+            "[agents.main]\nmay_delegate = [\"helper\"]\n\n[agents.helper]\nmodel = \"{MODEL}\"\n"
+        ),
+    ));
+    let service = Service::start(&work, ENV).await;
+    let hook = Hook::new(&service, HOOK_SECRET);
+    let answer = hook.ask("c1", "m1", "hand it over").await;
+    assert!(answer.contains("ok:"), "{answer}");
+    let by_kind = wait_for("the delegate's usage", Duration::from_secs(15), || async {
+        let (_, got) = service
+            .get_json("/v1/admin/usage?group_by=kind", ADMIN)
+            .await;
+        let groups = got["groups"].as_array().cloned().unwrap_or_default();
+        groups
+            .iter()
+            .any(|g| g["key"] == "delegate")
+            .then_some(groups)
+    })
+    .await;
+    let kinds: Vec<&str> = by_kind.iter().filter_map(|g| g["key"].as_str()).collect();
+    assert!(kinds.contains(&"user_turn"), "{kinds:?}");
+    assert!(
+        !kinds.contains(&"subagent"),
+        "a delegation is not a subagent: {kinds:?}"
+    );
+}

@@ -2,8 +2,9 @@
 
 use ferroclaw::storage::{
     BudgetHold, JournalInsert, JournalState, NewMemory, NewOutbound, NewTranscriptEntry, NewUsage,
-    OutboxState, PairingState, PostgresStore, RunMode, RunRow, RunState, SqliteStore, Store,
-    StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup, person_scope,
+    OutboxState, PairingState, PostgresStore, RateCheck, ReachCount, RunMode, RunRow, RunState,
+    SqliteStore, Store, StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
+    person_scope,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -959,7 +960,8 @@ async fn suite(store: Arc<dyn Store>) {
     team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
     effects_are_kept_once_and_forgotten(&*store).await;
     usage_is_reported_and_caps_hold_under_a_race(store.clone()).await;
-    rate_windows_count_and_say_when(&*store).await;
+    rate_windows_count_and_say_when(store.clone()).await;
+    message_reach_is_taken_within_its_limit(store.clone()).await;
     approvals_open_once_decide_once_and_remember(&*store).await;
     memories_keep_scopes_apart_and_link_people(&*store).await;
     incidents_alert_once_and_resolve_once(store.clone()).await;
@@ -1092,34 +1094,155 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
     assert!((spent - 0.9).abs() < 1e-9, "{spent}");
 }
 
-/// The rate windows count each message once and say when the next one fits.
-async fn rate_windows_count_and_say_when(store: &dyn Store) {
-    let windows = [(60_000, 2)];
+/// The rate windows count each message once and say when the next one fits; a person's and
+/// a group's windows are counted together or not at all; processes racing for a window's
+/// last places take exactly what fits.
+async fn rate_windows_count_and_say_when(store: Arc<dyn Store>) {
+    let two = |subject, at| take(&*store, subject, 2, at);
+    assert_eq!(two("w:alice", 1_000).await, None);
+    assert_eq!(two("w:alice", 2_000).await, None);
     assert_eq!(
-        store.rate_take("w:alice", 1_000, &windows).await.unwrap(),
-        None
-    );
-    assert_eq!(
-        store.rate_take("w:alice", 2_000, &windows).await.unwrap(),
-        None
-    );
-    assert_eq!(
-        store.rate_take("w:alice", 3_000, &windows).await.unwrap(),
-        Some(61_000),
+        two("w:alice", 3_000).await,
+        Some((0, 61_000)),
         "full: the oldest leaves the window at 61 s"
     );
     assert_eq!(
-        store.rate_take("w:alice", 4_000, &windows).await.unwrap(),
-        Some(61_000),
+        two("w:alice", 4_000).await,
+        Some((0, 61_000)),
         "a refused message is not counted"
     );
+    assert_eq!(two("w:bob", 4_000).await, None);
+    assert_eq!(two("w:alice", 61_500).await, None);
+
+    // A person with room in a full group: refused by the group (the second check), and the
+    // person's own window is not charged.
+    let both = |person: &'static str| {
+        [
+            RateCheck {
+                subject: person,
+                windows: &[(60_000, 5)],
+            },
+            RateCheck {
+                subject: "chat:w:g1",
+                windows: &[(60_000, 1)],
+            },
+        ]
+    };
     assert_eq!(
-        store.rate_take("w:bob", 4_000, &windows).await.unwrap(),
+        store.rate_take(&both("w:carol"), 10_000).await.unwrap(),
         None
     );
     assert_eq!(
-        store.rate_take("w:alice", 61_500, &windows).await.unwrap(),
-        None
+        store.rate_take(&both("w:dave"), 11_000).await.unwrap(),
+        Some((1, 70_000))
+    );
+    for at in [12_000, 13_000, 14_000, 15_000, 16_000] {
+        assert_eq!(
+            take(&*store, "w:dave", 5, at).await,
+            None,
+            "dave was not charged by the refused message"
+        );
+    }
+    assert_eq!(take(&*store, "w:dave", 5, 17_000).await, Some((0, 72_000)));
+
+    // 20 messages of one person race for a window of 5: exactly 5 are counted.
+    let racers = (0..20).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move { take(&*store, "w:racer", 5, 100_000 + i).await.is_none() })
+    });
+    let admitted = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().unwrap())
+        .count();
+    assert_eq!(admitted, 5);
+}
+
+/// Count a message of `subject` against a window of `max` a minute.
+async fn take(store: &dyn Store, subject: &str, max: u32, at: i64) -> Option<(usize, i64)> {
+    store
+        .rate_take(
+            &[RateCheck {
+                subject,
+                windows: &[(60_000, max)],
+            }],
+            at,
+        )
+        .await
+        .unwrap()
+}
+
+/// A message's reach: runs one at a time and calls in blocks, never past the limit, a new
+/// row charged the first turn's local allowance, shared by racing processes, forgotten when old.
+async fn message_reach_is_taken_within_its_limit(store: Arc<dyn Store>) {
+    // Calls: a row created by a block claim starts at the seed (8), so of 20 only 12 remain.
+    assert_eq!(
+        store
+            .reach_take("m1", ReachCount::Calls, 16, 20, 8, 1)
+            .await
+            .unwrap(),
+        12
+    );
+    assert_eq!(
+        store
+            .reach_take("m1", ReachCount::Calls, 16, 20, 8, 2)
+            .await
+            .unwrap(),
+        0
+    );
+    // Runs: the row exists, one at a time up to the limit.
+    for _ in 0..3 {
+        assert_eq!(
+            store
+                .reach_take("m2", ReachCount::Runs, 1, 3, 8, 3)
+                .await
+                .unwrap(),
+            1
+        );
+    }
+    assert_eq!(
+        store
+            .reach_take("m2", ReachCount::Runs, 1, 3, 8, 4)
+            .await
+            .unwrap(),
+        0
+    );
+    // The row a run created charged the seed to the calls: 10 - 8 = 2 calls remain.
+    assert_eq!(
+        store
+            .reach_take("m2", ReachCount::Calls, 16, 10, 8, 5)
+            .await
+            .unwrap(),
+        2
+    );
+    // 20 racing runs for a limit of 7: exactly 7 are granted.
+    let racers = (0..20).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .reach_take("m3", ReachCount::Runs, 1, 7, 8, 6)
+                .await
+                .unwrap()
+        })
+    });
+    let granted: i64 = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .sum();
+    assert_eq!(granted, 7);
+    // Rows untouched since a time are forgotten; the message then counts afresh.
+    assert_eq!(
+        store.reach_forget(6).await.unwrap(),
+        2,
+        "m1 and m2 (m3 was touched at 6)"
+    );
+    assert_eq!(
+        store
+            .reach_take("m1", ReachCount::Calls, 16, 20, 8, 7)
+            .await
+            .unwrap(),
+        12
     );
 }
 
