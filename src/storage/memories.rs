@@ -497,10 +497,10 @@ fn search_fts5(
     query.push(" ORDER BY m.id DESC)");
 }
 
-/// PostgreSQL, one term: the scopes' tokens and the word in one `tsquery`, answered by the
-/// GIN index alone (the scope column is checked again on the rows: a condition on it here
-/// makes the planner intersect the scope's whole btree range with the index), at most
-/// `per_term` rows in whatever order is cheapest — a word that common weighs little.
+/// PostgreSQL, one term: the word joined to each scope's token (`memory_lexemes`: one lexeme
+/// per scope and word), so the GIN index reads only those scopes' posting lists for it; the
+/// scope column is checked again on the rows. At most `per_term` rows in whatever order is
+/// cheapest (a word common in a scope's newest rows never comes here: `common_in_recent`).
 fn search_tsvector(
     query: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>,
     index: usize,
@@ -508,15 +508,25 @@ fn search_tsvector(
     term: &str,
     per_term: i64,
 ) {
-    let tokens: Vec<String> = scopes.iter().map(|s| scope_token(s)).collect();
     query.push(format!(
         "(SELECT CAST({index} AS BIGINT), m.id, m.scope, m.text, m.tags, m.created_at FROM memories AS m \
-         WHERE m.tsv @@ to_tsquery('simple', "
+         WHERE m.tsv @@ CAST("
     ));
-    query.push_bind(format!("({}) & {term}", tokens.join(" | ")));
-    query.push(") LIMIT ");
+    query.push_bind(scoped_lexemes(scopes, term));
+    query.push(" AS tsquery) LIMIT ");
     query.push_bind(per_term);
     query.push(")");
+}
+
+/// `'<token><word>' | ...` for each scope: a `tsquery` of lexemes taken as they are (the
+/// word is lower case and alphanumeric; quotes and backslashes are escaped all the same).
+fn scoped_lexemes(scopes: &[String], term: &str) -> String {
+    let term = term.replace('\\', "\\\\").replace('\'', "''");
+    scopes
+        .iter()
+        .map(|scope| format!("'{}{term}'", scope_token(scope)))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 #[cfg(test)]
@@ -566,6 +576,23 @@ mod tests {
         let (found, rest) = common_in_recent(Vec::new(), &terms, 3);
         assert!(found.is_empty());
         assert_eq!(rest, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_terms_lexemes_join_it_to_each_scopes_token() {
+        let scopes = ["person:w:a".to_string(), "chat:w:c".to_string()];
+        assert_eq!(
+            scoped_lexemes(&scopes, "tea"),
+            format!(
+                "'{}tea' | '{}tea'",
+                scope_token(&scopes[0]),
+                scope_token(&scopes[1])
+            )
+        );
+        assert_eq!(
+            scoped_lexemes(&scopes[..1], "it's"),
+            format!("'{}it''s'", scope_token(&scopes[0]))
+        );
     }
 
     #[test]
