@@ -1,16 +1,17 @@
-//! The default engine: candle's quantized llama (pure Rust; builds with the Rust toolchain
-//! alone). The weights stay in the file's own quantization; the byte-level BPE tokenizer is
+//! The default engine (pure Rust; builds with the Rust toolchain alone): our llama forward
+//! pass over candle's quantized matrix products (`llama.rs`: a key/value cache allocated once
+//! per generation) and top-k/top-p sampling by partial selection (`sample.rs`). The weights
+//! stay in the file's own quantization; the byte-level BPE tokenizer is
 //! built from the file's metadata (`tokenizer.ggml.*`) with the `tokenizers` crate; the chat
 //! template is ChatML when the file's template uses it (SmolLM2, Qwen and most small
 //! instruct models), else plain `role: text` lines. Matrix products run on a rayon pool of
 //! `threads` threads that belongs to the loaded model (rayon's workers sleep when idle,
 //! unlike llama.cpp's, which spin).
 
+use super::llama::Weights;
+use super::sample::Sampler;
 use super::{Generated, MAX_NEW_TOKENS, Settings, fit_prompt, send_text};
 use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling};
-use candle_transformers::models::quantized_llama::ModelWeights;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokenizers::{AddedToken, Tokenizer};
@@ -18,10 +19,13 @@ use tokio::sync::mpsc;
 
 pub(super) const NAME: &str = "candle";
 
-/// A model ready to generate: its weights (cloned per generation, which gives it a fresh
-/// KV cache; the tensors themselves are shared), tokenizer, template and thread pool.
+/// The most positions a generation holds (prompt and answer).
+const MAX_POSITIONS: usize = 4_096;
+
+/// A model ready to generate: its weights (shared; each generation has its own key/value
+/// cache), tokenizer, template and thread pool.
 pub(super) struct Loaded {
-    weights: ModelWeights,
+    weights: Weights,
     tokenizer: Tokenizer,
     template: Template,
     /// Tokens that end an answer.
@@ -111,9 +115,17 @@ fn tokenizer(content: &gguf_file::Content) -> Result<Tokenizer, String> {
 }
 
 pub(super) fn load(path: &Path, threads: usize) -> Result<Loaded, String> {
-    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let path = super::requantize::runnable(path)?;
+    // Buffered: the header is a hundred thousand small reads (the vocabulary's strings).
+    let mut file = std::io::BufReader::with_capacity(
+        1 << 20,
+        std::fs::File::open(&path).map_err(|e| e.to_string())?,
+    );
     let content = gguf_file::Content::read(&mut file).map_err(|e| e.to_string())?;
+    let header_ms = started.elapsed().as_millis() as u64;
     let tokenizer = tokenizer(&content)?;
+    let tokenizer_ms = started.elapsed().as_millis() as u64;
     let template_text = content
         .metadata
         .get("tokenizer.chat_template")
@@ -139,8 +151,14 @@ pub(super) fn load(path: &Path, threads: usize) -> Result<Loaded, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let weights = pool
-        .install(|| ModelWeights::from_gguf(content, &mut file, &Device::Cpu))
+        .install(|| Weights::load(&content, &mut file, MAX_POSITIONS))
         .map_err(|e| e.to_string())?;
+    tracing::debug!(
+        header_ms,
+        tokenizer_ms,
+        ms = started.elapsed().as_millis() as u64,
+        "local model loaded"
+    );
     Ok(Loaded {
         weights,
         tokenizer,
@@ -181,8 +199,7 @@ pub(super) fn generate(
     stop: &AtomicBool,
     pieces: &mpsc::UnboundedSender<String>,
 ) -> Result<Generated, String> {
-    let budget = (settings.context_tokens as usize)
-        .min(candle_transformers::models::quantized_llama::MAX_SEQ_LEN);
+    let budget = (settings.context_tokens as usize).min(model.weights.max_positions);
     let tokens = fit_prompt(messages, budget, |messages| {
         model
             .tokenizer
@@ -204,53 +221,60 @@ fn run(
     pieces: &mpsc::UnboundedSender<String>,
 ) -> Result<Generated, String> {
     let failed = |e: candle_core::Error| e.to_string();
-    let mut weights = model.weights.clone();
-    let mut sampler = LogitsProcessor::from_sampling(
-        u64::from(seed),
-        Sampling::TopKThenTopP {
-            k: 40,
-            p: 0.9,
-            temperature: 0.7,
-        },
-    );
-    let input = Tensor::new(tokens, &Device::Cpu)
-        .and_then(|t| t.unsqueeze(0))
-        .map_err(failed)?;
-    let mut logits = weights.forward(&input, 0).map_err(failed)?;
-    let mut answer: Vec<u32> = Vec::new();
-    let mut shown = 0; // bytes of the decoded answer already sent
-    let mut pending: Vec<u8> = Vec::new();
     let room = (budget - tokens.len()).min(MAX_NEW_TOKENS);
+    let mut cache = model.weights.cache(tokens.len() + room).map_err(failed)?;
+    let mut sampler = Sampler::new(u64::from(seed), 40, 0.9, 0.7);
+    let started = std::time::Instant::now();
+    let mut logits = model.weights.forward(tokens, &mut cache).map_err(failed)?;
+    let prefill = started.elapsed();
+    let mut answer: Vec<u32> = Vec::new();
+    // Tokens from `shown` on are not sent yet (a byte-level token may be part of a
+    // character): only they are decoded at each step.
+    let mut shown = 0;
+    let mut pending: Vec<u8> = Vec::new();
     while answer.len() < room && !stop.load(Ordering::Relaxed) {
-        let token = sampler
-            .sample(&logits.squeeze(0).map_err(failed)?)
-            .map_err(failed)?;
+        let token = sampler.sample(&logits);
         if model.stops.contains(&token) {
             break;
         }
         answer.push(token);
-        // The text so far, decoded whole (a byte-level token may be part of a character).
         let text = model
             .tokenizer
-            .decode(&answer, true)
+            .decode(&answer[shown..], true)
             .map_err(|e| e.to_string())?;
-        if !text.ends_with('\u{FFFD}') && text.len() > shown {
-            pending.extend_from_slice(&text.as_bytes()[shown..]);
-            shown = text.len();
+        // A character cut between tokens waits for its end (a few tokens at most).
+        if !text.ends_with('\u{FFFD}') || answer.len() - shown > 8 {
+            pending.extend_from_slice(text.as_bytes());
+            shown = answer.len();
             if !send_text(&mut pending, pieces) {
                 break;
             }
         }
-        let next = Tensor::new(&[token], &Device::Cpu)
-            .and_then(|t| t.unsqueeze(0))
+        if answer.len() == room {
+            break;
+        }
+        logits = model
+            .weights
+            .forward(&[token], &mut cache)
             .map_err(failed)?;
-        logits = weights
-            .forward(&next, tokens.len() + answer.len() - 1)
-            .map_err(failed)?;
+    }
+    if shown < answer.len() {
+        let rest = model
+            .tokenizer
+            .decode(&answer[shown..], true)
+            .map_err(|e| e.to_string())?;
+        pending.extend_from_slice(rest.as_bytes());
     }
     if !pending.is_empty() {
         let _ = pieces.send(String::from_utf8_lossy(&pending).into_owned());
     }
+    tracing::debug!(
+        prompt_tokens = tokens.len(),
+        prompt_ms = prefill.as_millis() as u64,
+        new_tokens = answer.len(),
+        answer_ms = (started.elapsed() - prefill).as_millis() as u64,
+        "local generation"
+    );
     Ok(Generated {
         prompt_tokens: tokens.len(),
         new_tokens: answer.len(),

@@ -1,8 +1,9 @@
 //! `kind = "local"`: a GGUF model run in-process on the CPU, so ferroclaw answers with no API
 //! key and no other server.
 //!
-//! Two engines read the same files. The default, `candle_engine.rs`, is pure Rust (candle's
-//! quantized llama): it builds with nothing but the Rust toolchain. The `llama-cpp` cargo
+//! Two engines read the same files. The default, `candle_engine.rs`, is pure Rust (our llama
+//! forward pass, `llama.rs`, over candle's quantized matrix products; `sample.rs` picks the
+//! tokens): it builds with nothing but the Rust toolchain. The `llama-cpp` cargo
 //! feature swaps in `llama_engine.rs` (llama.cpp through `llama-cpp-2`), which needs cmake
 //! and libclang to build. This module is what both share: the model is loaded on first use
 //! (start-up and idle memory stay as they are); a known model missing from the cache is
@@ -13,8 +14,14 @@
 
 #[cfg(not(feature = "llama-cpp"))]
 mod candle_engine;
+#[cfg(not(feature = "llama-cpp"))]
+mod llama;
 #[cfg(feature = "llama-cpp")]
 mod llama_engine;
+#[cfg(not(feature = "llama-cpp"))]
+mod requantize;
+#[cfg(not(feature = "llama-cpp"))]
+mod sample;
 
 #[cfg(not(feature = "llama-cpp"))]
 use candle_engine as engine;

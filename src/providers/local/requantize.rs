@@ -1,0 +1,118 @@
+//! The model file the candle engine runs: a 4- or 5-bit GGUF file's matrices requantized to
+//! 8 bits (Q8_0) once, kept beside the original (`<name>.ferroclaw-q8_0.gguf`), and read
+//! from there on every later load.
+//!
+//! candle's 8-bit products are the fastest it has on the CPU (measured on SmolLM2-135M, 2
+//! threads: 70 tokens/s against 52 for Q4_1, and a prompt read in half the time), at 1.7×
+//! the memory of a 4-bit file (135 M parameters: 143 MB). Requantizing takes about a second,
+//! so it is done once; a folder that cannot be written runs the original file. Knows files
+//! and tensor types; not the forward pass.
+
+use candle_core::Device;
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+use std::path::{Path, PathBuf};
+
+/// Where the 8-bit copy of `original` lives.
+fn copy_path(original: &Path) -> PathBuf {
+    let name = original
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    original.with_file_name(format!("{name}.ferroclaw-q8_0.gguf"))
+}
+
+/// Whether a tensor is one of the matrices worth requantizing (2-D, low-bit, rows in
+/// 32-value blocks).
+fn requantizes(info: &gguf_file::TensorInfo) -> bool {
+    use GgmlDType::*;
+    let dims = info.shape.dims();
+    dims.len() == 2
+        && dims[1].is_multiple_of(32)
+        && matches!(
+            info.ggml_dtype,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4K | Q5K | Q2K | Q3K
+        )
+}
+
+/// The file to load for `original`: its 8-bit copy (made now when missing), or `original`
+/// itself when nothing in it is worth requantizing or the copy cannot be written.
+pub fn runnable(original: &Path) -> Result<PathBuf, String> {
+    let copy = copy_path(original);
+    if copy.is_file() {
+        return Ok(copy);
+    }
+    let mut file = std::io::BufReader::with_capacity(
+        1 << 20,
+        std::fs::File::open(original).map_err(|e| e.to_string())?,
+    );
+    let content = gguf_file::Content::read(&mut file).map_err(|e| e.to_string())?;
+    if !content.tensor_infos.values().any(requantizes) {
+        return Ok(original.to_path_buf());
+    }
+    let started = std::time::Instant::now();
+    match write_copy(&content, &mut file, &copy) {
+        Ok(()) => {
+            tracing::info!(file = %copy.display(), ms = started.elapsed().as_millis() as u64, "local model requantized to 8 bits (once)");
+            Ok(copy)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the 8-bit copy of the local model could not be written; running the original (slower)");
+            Ok(original.to_path_buf())
+        }
+    }
+}
+
+fn write_copy(
+    content: &gguf_file::Content,
+    file: &mut std::io::BufReader<std::fs::File>,
+    copy: &Path,
+) -> Result<(), String> {
+    let failed = |e: candle_core::Error| e.to_string();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(names.len());
+    for name in names {
+        let info = &content.tensor_infos[name];
+        let tensor = content.tensor(file, name, &Device::Cpu).map_err(failed)?;
+        let tensor = if requantizes(info) {
+            let values = tensor.dequantize(&Device::Cpu).map_err(failed)?;
+            QTensor::quantize(&values, GgmlDType::Q8_0).map_err(failed)?
+        } else {
+            tensor
+        };
+        tensors.push((name.as_str(), tensor));
+    }
+    let metadata: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    // Written aside and renamed: a load never sees half a file.
+    let partial = copy.with_extension("partial");
+    let written = (|| {
+        let mut out =
+            std::io::BufWriter::new(std::fs::File::create(&partial).map_err(|e| e.to_string())?);
+        gguf_file::write(&mut out, &metadata, &tensors).map_err(failed)?;
+        use std::io::Write;
+        out.flush().map_err(|e| e.to_string())?;
+        std::fs::rename(&partial, copy).map_err(|e| e.to_string())
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_path;
+    use std::path::Path;
+
+    #[test]
+    fn the_copy_sits_beside_the_original() {
+        assert_eq!(
+            copy_path(Path::new("/m/SmolLM2-135M-Instruct.Q4_1.gguf")),
+            Path::new("/m/SmolLM2-135M-Instruct.Q4_1.ferroclaw-q8_0.gguf")
+        );
+    }
+}
