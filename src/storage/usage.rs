@@ -199,6 +199,47 @@ macro_rules! settle_statement {
     }};
 }
 
+/// Every hold's net move over many settlements, in one (budget, period) order (so two
+/// processes settling at once take the rows in the same order).
+fn net_deltas(settles: &[(Vec<BudgetHold>, f64)]) -> Vec<(&str, &str, f64)> {
+    let mut net: std::collections::BTreeMap<(&str, &str), f64> = std::collections::BTreeMap::new();
+    for (holds, delta) in settles {
+        for hold in holds {
+            *net.entry((&hold.budget, &hold.period)).or_default() += delta;
+        }
+    }
+    net.into_iter().map(|((b, p), d)| (b, p, d)).collect()
+}
+
+/// One statement moving each hold by its own net delta (a batch's settlements at once).
+macro_rules! settle_each_statement {
+    ($db:ty, $deltas:expr) => {{
+        let mut update =
+            sqlx::QueryBuilder::<$db>::new("UPDATE budget_spend SET spent_usd = spent_usd + CASE");
+        for (budget, period, delta) in $deltas.iter() {
+            update.push(" WHEN budget = ");
+            update.push_bind(*budget);
+            update.push(" AND period = ");
+            update.push_bind(*period);
+            update.push(" THEN ");
+            update.push_bind(*delta);
+        }
+        update.push(" ELSE 0.0 END WHERE ");
+        for (i, (budget, period, _)) in $deltas.iter().enumerate() {
+            update.push(if i == 0 {
+                "(budget = "
+            } else {
+                " OR (budget = "
+            });
+            update.push_bind(*budget);
+            update.push(" AND period = ");
+            update.push_bind(*period);
+            update.push(")");
+        }
+        update
+    }};
+}
+
 macro_rules! sql {
     ($store:ty, $db:ty, $reserve:path) => {
         #[async_trait::async_trait]
@@ -225,8 +266,10 @@ macro_rules! sql {
                 }
                 let mut tx = self.write.begin().await?;
                 insert.build().execute(&mut *tx).await?;
-                for (holds, delta) in settles.iter().filter(|(holds, _)| !holds.is_empty()) {
-                    settle_statement!($db, holds, *delta).build().execute(&mut *tx).await?;
+                // Every settlement of the batch in one statement, each hold by its net move.
+                let deltas = net_deltas(settles);
+                if !deltas.is_empty() {
+                    settle_each_statement!($db, deltas).build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())

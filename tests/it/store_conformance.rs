@@ -1074,6 +1074,37 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
     assert!((store.budget_spent("total", "2026-12-03").await.unwrap() - 0.1).abs() < 1e-9);
     store.budget_settle(&both, -0.1).await.unwrap();
 
+    // A batch's settlements land together, each cap moved by the sum of its own.
+    let total_only = [hold("total", 1.0)];
+    assert_eq!(store.budget_reserve(&both, 0.5).await.unwrap(), Ok(()));
+    assert_eq!(
+        store.budget_reserve(&total_only, 0.3).await.unwrap(),
+        Ok(())
+    );
+    let mut first = usage_row("2026-12-03", "w:alice", "w:c1", "p/a", 0.1);
+    first.at_ms = 3;
+    let mut second = usage_row("2026-12-03", "w:alice", "w:c1", "p/a", 0.05);
+    second.at_ms = 4;
+    store
+        .usage_record(
+            &[first, second],
+            &[
+                (both.to_vec(), 0.1 - 0.5),
+                (total_only.to_vec(), 0.05 - 0.3),
+            ],
+        )
+        .await
+        .unwrap();
+    let alice = store
+        .budget_spent("user:w:alice", "2026-12-03")
+        .await
+        .unwrap();
+    let total = store.budget_spent("total", "2026-12-03").await.unwrap();
+    assert!((alice - 0.1).abs() < 1e-9, "{alice}");
+    assert!((total - 0.15).abs() < 1e-9, "{total}");
+    store.budget_settle(&both, -0.1).await.unwrap();
+    store.budget_settle(&total_only, -0.05).await.unwrap();
+
     // 20 reservations of $0.30 race for a $1.00 cap: exactly three fit.
     let cap = [hold("chat:w:race", 1.0)];
     let racers = (0..20).map(|_| {
