@@ -146,6 +146,13 @@ pub trait UsageStore: Send + Sync {
         holds: &[BudgetHold],
         amount: f64,
     ) -> StoreResult<Result<(), usize>>;
+    /// Several calls' reservations, each all or none as in `budget_reserve`, taken in the
+    /// order given (SQLite: in one transaction, so a batch costs its single writer one
+    /// commit); one answer per call.
+    async fn budget_reserve_each(
+        &self,
+        calls: &[(Vec<BudgetHold>, f64)],
+    ) -> StoreResult<Vec<Result<(), usize>>>;
     /// What each hold has spent (settled and reserved) in its period.
     async fn budget_spent(&self, budget: &str, period: &str) -> StoreResult<f64>;
     /// A call was refused by `budget`'s cap in `period` at `now_ms` (for operator alerts).
@@ -241,7 +248,7 @@ macro_rules! settle_each_statement {
 }
 
 macro_rules! sql {
-    ($store:ty, $db:ty, $reserve:path) => {
+    ($store:ty, $db:ty, $reserve:path, $reserve_each:path) => {
         #[async_trait::async_trait]
         impl $crate::storage::UsageStore for $store {
             async fn usage_record(&self, rows: &[NewUsage], settles: &[(Vec<BudgetHold>, f64)]) -> $crate::storage::StoreResult<()> {
@@ -287,6 +294,10 @@ macro_rules! sql {
                     return Ok(Ok(()));
                 }
                 $reserve(&self.write, holds, amount).await
+            }
+
+            async fn budget_reserve_each(&self, calls: &[(Vec<BudgetHold>, f64)]) -> $crate::storage::StoreResult<Vec<Result<(), usize>>> {
+                $reserve_each(&self.write, calls).await
             }
 
             async fn budget_spent(&self, budget: &str, period: &str) -> $crate::storage::StoreResult<f64> {
@@ -356,14 +367,73 @@ macro_rules! sql {
     };
 }
 
-sql!(super::SqliteStore, sqlx::Sqlite, reserve_in_one_statement);
-sql!(super::PostgresStore, sqlx::Postgres, reserve_row_by_row);
+sql!(
+    super::SqliteStore,
+    sqlx::Sqlite,
+    reserve_in_one_statement,
+    reserve_each_in_one_transaction
+);
+sql!(
+    super::PostgresStore,
+    sqlx::Postgres,
+    reserve_row_by_row,
+    reserve_each_row_by_row
+);
+
+/// A reservation on SQLite (see `reserve_on`), on the writer's connection.
+async fn reserve_in_one_statement(
+    write: &sqlx::Pool<sqlx::Sqlite>,
+    holds: &[BudgetHold],
+    amount: f64,
+) -> StoreResult<Result<(), usize>> {
+    reserve_on(&mut *write.acquire().await?, holds, amount).await
+}
+
+/// Calls' reservations on SQLite one after another in one transaction (one commit, one
+/// write of each page touched, for the whole batch).
+async fn reserve_each_in_one_transaction(
+    write: &sqlx::Pool<sqlx::Sqlite>,
+    calls: &[(Vec<BudgetHold>, f64)],
+) -> StoreResult<Vec<Result<(), usize>>> {
+    let mut answers = Vec::with_capacity(calls.len());
+    if let [(holds, amount)] = calls {
+        answers.push(reserve_in_one_statement(write, holds, *amount).await?);
+        return Ok(answers);
+    }
+    let mut tx = write.begin().await?;
+    for (holds, amount) in calls {
+        answers.push(if holds.is_empty() {
+            Ok(())
+        } else {
+            reserve_on(&mut tx, holds, *amount).await?
+        });
+    }
+    tx.commit().await?;
+    Ok(answers)
+}
+
+/// Calls' reservations on PostgreSQL, each in its own short transaction (one transaction for
+/// many would hold rows that other processes' reservations wait on, in no one order).
+async fn reserve_each_row_by_row(
+    write: &sqlx::Pool<sqlx::Postgres>,
+    calls: &[(Vec<BudgetHold>, f64)],
+) -> StoreResult<Vec<Result<(), usize>>> {
+    let mut answers = Vec::with_capacity(calls.len());
+    for (holds, amount) in calls {
+        answers.push(if holds.is_empty() {
+            Ok(())
+        } else {
+            reserve_row_by_row(write, holds, *amount).await?
+        });
+    }
+    Ok(answers)
+}
 
 /// A reservation on SQLite, whose one writer runs one statement at a time: one statement
 /// that adds `amount` to every hold only when none would pass its cap (a round trip where a
 /// transaction would take five).
-async fn reserve_in_one_statement(
-    write: &sqlx::Pool<sqlx::Sqlite>,
+async fn reserve_on(
+    conn: &mut sqlx::SqliteConnection,
     holds: &[BudgetHold],
     amount: f64,
 ) -> StoreResult<Result<(), usize>> {
@@ -384,7 +454,7 @@ async fn reserve_in_one_statement(
         " > c.cap) ON CONFLICT (budget, period) DO UPDATE SET \
          spent_usd = budget_spend.spent_usd + excluded.spent_usd RETURNING budget",
     );
-    let taken: Vec<String> = upsert.build_query_scalar().fetch_all(write).await?;
+    let taken: Vec<String> = upsert.build_query_scalar().fetch_all(&mut *conn).await?;
     if !taken.is_empty() {
         return Ok(Ok(()));
     }
@@ -395,7 +465,7 @@ async fn reserve_in_one_statement(
         )
         .bind(&hold.budget)
         .bind(&hold.period)
-        .fetch_optional(write)
+        .fetch_optional(&mut *conn)
         .await?;
         if spent.unwrap_or(0.0) + amount > hold.cap_usd {
             return Ok(Err(i));

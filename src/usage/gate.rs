@@ -60,7 +60,7 @@ impl CostGate {
         let amount = self
             .prices
             .worst_case(&call.model.to_string(), call.estimated_input_tokens);
-        match self.store.budget_reserve(&holds.holds, amount).await {
+        match self.writer.reserve(holds.holds.clone(), amount).await {
             Ok(Ok(())) => {
                 self.held
                     .lock()

@@ -2,7 +2,9 @@
 //! settlement) to one writer task and waits until it is stored (so `/usage` and the admin
 //! API read what was answered), and the writer stores whatever has queued meanwhile in one
 //! statement (one transaction when reservations settle with it). Under load a hundred calls
-//! cost the store one insert, not a hundred turns at its single writer.
+//! cost the store one insert, not a hundred turns at its single writer. Reservations made
+//! meanwhile are taken together too (on SQLite in one transaction), after the batch's
+//! settlements have given back what the answered calls did not use.
 
 use crate::storage::{BudgetHold, NewUsage, UsageStore};
 use std::sync::Arc;
@@ -25,7 +27,12 @@ enum Job {
     Row(Box<Stored>, oneshot::Sender<Result<(), String>>),
     /// Give a dropped call's reservation back (nobody waits for it).
     Release(Vec<BudgetHold>, f64),
+    /// Reserve a call's worst case against its holds; the caller hears whether it fit.
+    Reserve(Vec<BudgetHold>, f64, oneshot::Sender<Reserved>),
 }
+
+/// A reservation's answer: taken, or the index of the hold whose cap it would pass.
+pub type Reserved = Result<Result<(), usize>, String>;
 
 pub struct UsageWriter {
     queue: mpsc::UnboundedSender<Job>,
@@ -43,6 +50,8 @@ impl UsageWriter {
                 let mut values = Vec::with_capacity(batch.len());
                 let mut settles = Vec::new();
                 let mut waiting = Vec::with_capacity(batch.len());
+                let mut reserves = Vec::new();
+                let mut reserving = Vec::new();
                 for job in batch.drain(..) {
                     match job {
                         Job::Row(done, stored) => {
@@ -56,14 +65,35 @@ impl UsageWriter {
                                 tracing::warn!(error = %e, "could not release a dropped call's reservation");
                             }
                         }
+                        Job::Reserve(holds, amount, answer) => {
+                            reserves.push((holds, amount));
+                            reserving.push(answer);
+                        }
                     }
                 }
-                let result = store
-                    .usage_record(&values, &settles)
-                    .await
-                    .map_err(|e| e.to_string());
-                for stored in waiting {
-                    let _ = stored.send(result.clone());
+                if !values.is_empty() {
+                    let result = store
+                        .usage_record(&values, &settles)
+                        .await
+                        .map_err(|e| e.to_string());
+                    for stored in waiting {
+                        let _ = stored.send(result.clone());
+                    }
+                }
+                if !reserves.is_empty() {
+                    match store.budget_reserve_each(&reserves).await {
+                        Ok(answers) => {
+                            for (answer, taken) in reserving.into_iter().zip(answers) {
+                                let _ = answer.send(Ok(taken));
+                            }
+                        }
+                        Err(e) => {
+                            let e = e.to_string();
+                            for answer in reserving {
+                                let _ = answer.send(Err(e.clone()));
+                            }
+                        }
+                    }
                 }
             }
         });
@@ -81,6 +111,18 @@ impl UsageWriter {
             .send(Job::Row(Box::new(call), stored))
             .map_err(|_| "the usage writer has stopped".to_string())?;
         done.await
+            .unwrap_or_else(|_| Err("the usage writer has stopped".into()))
+    }
+
+    /// Reserve `amount` against every hold, all or none (with the others asked for now);
+    /// returns once it is taken or refused.
+    pub async fn reserve(&self, holds: Vec<BudgetHold>, amount: f64) -> Reserved {
+        let (answer, reserved) = oneshot::channel();
+        self.queue
+            .send(Job::Reserve(holds, amount, answer))
+            .map_err(|_| "the usage writer has stopped".to_string())?;
+        reserved
+            .await
             .unwrap_or_else(|_| Err("the usage writer has stopped".into()))
     }
 

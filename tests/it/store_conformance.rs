@@ -1105,6 +1105,19 @@ async fn usage_is_reported_and_caps_hold_under_a_race(store: Arc<dyn Store>) {
     store.budget_settle(&both, -0.1).await.unwrap();
     store.budget_settle(&total_only, -0.05).await.unwrap();
 
+    // A batch of reservations is taken in order, each all or none: three of five fit.
+    let batch = [hold("chat:w:batch", 1.0)];
+    let five: Vec<_> = (0..5).map(|_| (batch.to_vec(), 0.3)).collect();
+    assert_eq!(
+        store.budget_reserve_each(&five).await.unwrap(),
+        vec![Ok(()), Ok(()), Ok(()), Err(0), Err(0)]
+    );
+    let spent = store
+        .budget_spent("chat:w:batch", "2026-12-03")
+        .await
+        .unwrap();
+    assert!((spent - 0.9).abs() < 1e-9, "{spent}");
+
     // 20 reservations of $0.30 race for a $1.00 cap: exactly three fit.
     let cap = [hold("chat:w:race", 1.0)];
     let racers = (0..20).map(|_| {
