@@ -74,7 +74,17 @@ pub fn build(services: &Services) -> Result<Features, String> {
         Arc::new(crate::memory::MemoryComponent::new(services.memory.clone())),
     ];
     // The rules around every call, in order: the first refusal wins.
-    let prices = Arc::new(crate::usage::Prices::new(services.config.prices.clone()));
+    let in_process = services
+        .config
+        .providers
+        .iter()
+        .filter(|(_, p)| p.kind == crate::config::ProviderKind::Local)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let prices = Arc::new(crate::usage::Prices::new(
+        services.config.prices.clone(),
+        in_process,
+    ));
     // Approvals first: a call that waits for a person and is denied costs nothing.
     let gate: Arc<dyn Gate> = Arc::new(Gates::new(vec![
         Arc::new(crate::approvals::ApprovalGate::new(

@@ -11,21 +11,29 @@ const MAX_OUTPUT_TOKENS: i64 = crate::providers::MAX_OUTPUT_TOKENS as i64;
 
 pub struct Prices {
     by_model: BTreeMap<String, PriceConfig>,
+    /// Providers whose model runs in this process (`kind = "local"`): free unless priced.
+    in_process: Vec<String>,
     /// Models already named in the log as having no price.
     flagged: Mutex<HashSet<String>>,
 }
 
 impl Prices {
-    pub fn new(by_model: BTreeMap<String, PriceConfig>) -> Self {
+    pub fn new(by_model: BTreeMap<String, PriceConfig>, in_process: Vec<String>) -> Self {
         Prices {
             by_model,
+            in_process,
             flagged: Mutex::default(),
         }
     }
 
-    /// What `usage` on `model` cost in USD; None (and one log line per model) without a price.
+    /// What `usage` on `model` cost in USD; None (and one log line per model) without a
+    /// price. A model run in this process costs nothing unless it is priced.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         let Some(price) = self.by_model.get(model) else {
+            let provider = model.split_once('/').map_or(model, |(p, _)| p);
+            if self.in_process.iter().any(|p| p == provider) {
+                return Some(0.0);
+            }
             if self
                 .flagged
                 .lock()
@@ -88,7 +96,7 @@ mod tests {
                 cache_write_per_mtok: Some(2.5),
             },
         );
-        let prices = Prices::new(by_model);
+        let prices = Prices::new(by_model, vec!["local".into()]);
         let usage = Usage {
             input_tokens: 1_000_000,
             output_tokens: 100_000,
@@ -99,6 +107,8 @@ mod tests {
         let cost = prices.cost("p/m", &usage).unwrap();
         assert!((cost - (1.0 + 0.2 + 0.25 + 1.0)).abs() < 1e-9, "{cost}");
         assert_eq!(prices.cost("p/other", &usage), None);
+        // The in-process model is free unless priced.
+        assert_eq!(prices.cost("local/smollm2-135m", &usage), Some(0.0));
         let worst = prices.worst_case("p/m", 1_000);
         assert!((worst - (1_000.0 * 2.5 + 8_192.0 * 10.0) / 1e6).abs() < 1e-12);
         assert_eq!(prices.worst_case("p/other", 1_000), 0.0);
