@@ -146,9 +146,10 @@ pub trait UsageStore: Send + Sync {
         holds: &[BudgetHold],
         amount: f64,
     ) -> StoreResult<Result<(), usize>>;
-    /// Several calls' reservations, each all or none as in `budget_reserve`, taken in the
-    /// order given (SQLite: in one transaction, so a batch costs its single writer one
-    /// commit); one answer per call.
+    /// Several calls' reservations, each all or none as in `budget_reserve`; one answer per
+    /// call, in the order given. SQLite takes them one after another in one transaction (a
+    /// batch costs its single writer one commit); PostgreSQL at once, each in its own
+    /// transaction, as separate calls would.
     async fn budget_reserve_each(
         &self,
         calls: &[(Vec<BudgetHold>, f64)],
@@ -412,21 +413,21 @@ async fn reserve_each_in_one_transaction(
     Ok(answers)
 }
 
-/// Calls' reservations on PostgreSQL, each in its own short transaction (one transaction for
-/// many would hold rows that other processes' reservations wait on, in no one order).
+/// Calls' reservations on PostgreSQL at once, each in its own short transaction on its own
+/// connection (one transaction for many would hold rows that other processes' reservations
+/// wait on, in no one order).
 async fn reserve_each_row_by_row(
     write: &sqlx::Pool<sqlx::Postgres>,
     calls: &[(Vec<BudgetHold>, f64)],
 ) -> StoreResult<Vec<Result<(), usize>>> {
-    let mut answers = Vec::with_capacity(calls.len());
-    for (holds, amount) in calls {
-        answers.push(if holds.is_empty() {
-            Ok(())
+    futures::future::try_join_all(calls.iter().map(|(holds, amount)| async move {
+        if holds.is_empty() {
+            Ok(Ok(()))
         } else {
-            reserve_row_by_row(write, holds, *amount).await?
-        });
-    }
-    Ok(answers)
+            reserve_row_by_row(write, holds, *amount).await
+        }
+    }))
+    .await
 }
 
 /// A reservation on SQLite, whose one writer runs one statement at a time: one statement
