@@ -493,7 +493,8 @@ impl Registry {
     /// Run a registered child's task (new or resumed) under the registry's tracker.
     fn launch(self: &Arc<Self>, live: Arc<LiveRun>, spec: RunSpec, inputs: RunInputs) {
         let run_id = spec.id.clone();
-        let run = runner::run(self.clone(), live, spec, inputs, self.slots.clone());
+        let slot = runner::Slot::ask(self.slots.clone());
+        let run = runner::run(self.clone(), live, spec, inputs, slot);
         let registry = self.clone();
         self.tracker.spawn(async move {
             // A bug in one child must not leave it "live" forever; its row stays unannounced

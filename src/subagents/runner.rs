@@ -12,10 +12,43 @@ use crate::storage::{
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+/// A child's place in the queue for a slot, taken when it is launched.
+pub(crate) enum Slot {
+    Taken(OwnedSemaphorePermit),
+    Queued(Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>),
+}
+
+impl Slot {
+    /// Ask for one of `slots` now, in the caller's order: the semaphore queues a waiter
+    /// when it is first polled, so polling here (not when the child's task first runs,
+    /// which under load may be in any order) makes children start in the order they were
+    /// launched.
+    pub(crate) fn ask(slots: Arc<Semaphore>) -> Slot {
+        let mut acquire = Box::pin(slots.acquire_owned());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match acquire.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(permit) => {
+                Slot::Taken(permit.expect("the semaphore is never closed"))
+            }
+            // Polled again by the child's task, the waiter takes that task's waker.
+            std::task::Poll::Pending => Slot::Queued(acquire),
+        }
+    }
+
+    async fn take(self) -> OwnedSemaphorePermit {
+        match self {
+            Slot::Taken(permit) => permit,
+            Slot::Queued(acquire) => acquire.await.expect("the semaphore is never closed"),
+        }
+    }
+}
 
 enum Outcome {
     Ended {
@@ -32,17 +65,14 @@ pub(crate) async fn run(
     live: Arc<LiveRun>,
     spec: RunSpec,
     mail: RunInputs,
-    slots: Arc<Semaphore>,
+    slot: Slot,
 ) {
     let shutdown = registry.cancel.clone();
     // Which live-subagent gauge this run counts in.
     let gauge = std::sync::Mutex::new("queued");
     crate::metrics::subagents_live("queued", 1.0);
     let work = async {
-        let _slot = slots
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
+        let _slot = slot.take().await;
         // A resumed run keeps the time it first started.
         let started = (spec.start == Start::New).then(crate::clock::now_ms);
         if let Err(e) = registry
@@ -510,4 +540,29 @@ pub(crate) async fn finish(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn children_get_slots_in_the_order_they_were_launched() {
+        let slots = Arc::new(Semaphore::new(0));
+        let first = Slot::ask(slots.clone());
+        let second = Slot::ask(slots.clone());
+        // The second child's task waits first; the free slot still goes to the first.
+        let second = tokio::spawn(second.take());
+        tokio::task::yield_now().await;
+        slots.add_permits(1);
+        let permit = tokio::time::timeout(Duration::from_secs(5), first.take())
+            .await
+            .expect("the first child got the slot");
+        assert!(!second.is_finished());
+        drop(permit);
+        let _next = tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("the second child got it next")
+            .unwrap();
+    }
 }
