@@ -69,24 +69,35 @@ fn rate_verdict(hits: &[i64], now_ms: i64, windows: &[(i64, u32)]) -> Option<i64
         .max()
 }
 
+/// The statement taking `$3` more of `$column` within `$4`, as much as is left (`$values`:
+/// the new row's runs, calls and grant, where `$2` is what a new row grants and `$5` the
+/// calls it starts at). `granted` is read back.
+macro_rules! reach_take_statement {
+    ($column:literal, $values:literal) => {
+        concat!(
+            "INSERT INTO message_reach (origin, runs, calls, granted, at) VALUES ($1, ",
+            $values,
+            ", $6) ON CONFLICT (origin) DO UPDATE SET granted = ",
+            reach_take_statement!(@grant $column),
+            ", ", $column, " = message_reach.", $column, " + ",
+            reach_take_statement!(@grant $column),
+            ", at = $6 RETURNING granted"
+        )
+    };
+    (@grant $column:literal) => {
+        concat!(
+            "CASE WHEN $4 - message_reach.", $column, " <= 0 THEN 0 WHEN $4 - message_reach.",
+            $column, " < $3 THEN $4 - message_reach.", $column, " ELSE $3 END"
+        )
+    };
+}
+
 /// The statement taking `$3` more of a column within `$4` (`$2` is the new row's starting
 /// counts: runs and calls already include the grant). `granted` is read back.
 fn reach_statement(what: ReachCount) -> &'static str {
     match what {
-        ReachCount::Runs => {
-            "INSERT INTO message_reach (origin, runs, calls, granted, at) VALUES ($1, $2, $5, $2, $6) \
-             ON CONFLICT (origin) DO UPDATE SET \
-             granted = CASE WHEN $4 - message_reach.runs <= 0 THEN 0 WHEN $4 - message_reach.runs < $3 THEN $4 - message_reach.runs ELSE $3 END, \
-             runs = message_reach.runs + CASE WHEN $4 - message_reach.runs <= 0 THEN 0 WHEN $4 - message_reach.runs < $3 THEN $4 - message_reach.runs ELSE $3 END, \
-             at = $6 RETURNING granted"
-        }
-        ReachCount::Calls => {
-            "INSERT INTO message_reach (origin, runs, calls, granted, at) VALUES ($1, 0, $5 + $2, $2, $6) \
-             ON CONFLICT (origin) DO UPDATE SET \
-             granted = CASE WHEN $4 - message_reach.calls <= 0 THEN 0 WHEN $4 - message_reach.calls < $3 THEN $4 - message_reach.calls ELSE $3 END, \
-             calls = message_reach.calls + CASE WHEN $4 - message_reach.calls <= 0 THEN 0 WHEN $4 - message_reach.calls < $3 THEN $4 - message_reach.calls ELSE $3 END, \
-             at = $6 RETURNING granted"
-        }
+        ReachCount::Runs => reach_take_statement!("runs", "$2, $5, $2"),
+        ReachCount::Calls => reach_take_statement!("calls", "0, $5 + $2, $2"),
     }
 }
 

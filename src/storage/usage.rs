@@ -185,31 +185,11 @@ macro_rules! usage_sums {
     };
 }
 
-/// One statement moving every hold's spend by `$delta` (they share it).
-macro_rules! settle_statement {
-    ($db:ty, $holds:expr, $delta:expr) => {{
-        let mut update =
-            sqlx::QueryBuilder::<$db>::new("UPDATE budget_spend SET spent_usd = spent_usd + ");
-        update.push_bind($delta);
-        update.push(" WHERE ");
-        for (i, hold) in $holds.iter().enumerate() {
-            update.push(if i == 0 {
-                "(budget = "
-            } else {
-                " OR (budget = "
-            });
-            update.push_bind(&hold.budget);
-            update.push(" AND period = ");
-            update.push_bind(&hold.period);
-            update.push(")");
-        }
-        update
-    }};
-}
-
 /// Every hold's net move over many settlements, in one (budget, period) order (so two
 /// processes settling at once take the rows in the same order).
-fn net_deltas(settles: &[(Vec<BudgetHold>, f64)]) -> Vec<(&str, &str, f64)> {
+fn net_deltas<'a>(
+    settles: impl IntoIterator<Item = (&'a [BudgetHold], f64)>,
+) -> Vec<(&'a str, &'a str, f64)> {
     let mut net: std::collections::BTreeMap<(&str, &str), f64> = std::collections::BTreeMap::new();
     for (holds, delta) in settles {
         for hold in holds {
@@ -219,7 +199,8 @@ fn net_deltas(settles: &[(Vec<BudgetHold>, f64)]) -> Vec<(&str, &str, f64)> {
     net.into_iter().map(|((b, p), d)| (b, p, d)).collect()
 }
 
-/// One statement moving each hold by its own net delta (a batch's settlements at once).
+/// One statement moving each hold by its own net delta (one call's settlement, or a
+/// batch's at once).
 macro_rules! settle_each_statement {
     ($db:ty, $deltas:expr) => {{
         let mut update =
@@ -275,7 +256,7 @@ macro_rules! sql {
                 let mut tx = self.write.begin().await?;
                 insert.build().execute(&mut *tx).await?;
                 // Every settlement of the batch in one statement, each hold by its net move.
-                let deltas = net_deltas(settles);
+                let deltas = net_deltas(settles.iter().map(|(holds, delta)| (holds.as_slice(), *delta)));
                 if !deltas.is_empty() {
                     settle_each_statement!($db, deltas).build().execute(&mut *tx).await?;
                 }
@@ -285,7 +266,7 @@ macro_rules! sql {
 
             async fn budget_settle(&self, holds: &[BudgetHold], delta: f64) -> $crate::storage::StoreResult<()> {
                 if !holds.is_empty() {
-                    settle_statement!($db, holds, delta).build().execute(&self.write).await?;
+                    settle_each_statement!($db, net_deltas([(holds, delta)])).build().execute(&self.write).await?;
                 }
                 Ok(())
             }

@@ -117,12 +117,7 @@ fn tokenizer(content: &gguf_file::Content) -> Result<Tokenizer, String> {
 pub(super) fn load(path: &Path, threads: usize) -> Result<Loaded, String> {
     let started = std::time::Instant::now();
     let path = super::requantize::runnable(path)?;
-    // Buffered: the header is a hundred thousand small reads (the vocabulary's strings).
-    let mut file = std::io::BufReader::with_capacity(
-        1 << 20,
-        std::fs::File::open(&path).map_err(|e| e.to_string())?,
-    );
-    let content = gguf_file::Content::read(&mut file).map_err(|e| e.to_string())?;
+    let (content, mut file) = super::requantize::open(&path)?;
     let header_ms = started.elapsed().as_millis() as u64;
     let tokenizer = tokenizer(&content)?;
     let tokenizer_ms = started.elapsed().as_millis() as u64;

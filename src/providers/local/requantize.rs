@@ -33,6 +33,19 @@ fn requantizes(info: &gguf_file::TensorInfo) -> bool {
         )
 }
 
+/// A GGUF file opened for reading, its header read (buffered: the header is a hundred
+/// thousand small reads, the vocabulary's strings); the reader is left at the tensors.
+pub(super) fn open(
+    path: &Path,
+) -> Result<(gguf_file::Content, std::io::BufReader<std::fs::File>), String> {
+    let mut file = std::io::BufReader::with_capacity(
+        1 << 20,
+        std::fs::File::open(path).map_err(|e| e.to_string())?,
+    );
+    let content = gguf_file::Content::read(&mut file).map_err(|e| e.to_string())?;
+    Ok((content, file))
+}
+
 /// The file to load for `original`: its 8-bit copy (made now when missing), or `original`
 /// itself when nothing in it is worth requantizing or the copy cannot be written.
 pub fn runnable(original: &Path) -> Result<PathBuf, String> {
@@ -40,11 +53,7 @@ pub fn runnable(original: &Path) -> Result<PathBuf, String> {
     if copy.is_file() {
         return Ok(copy);
     }
-    let mut file = std::io::BufReader::with_capacity(
-        1 << 20,
-        std::fs::File::open(original).map_err(|e| e.to_string())?,
-    );
-    let content = gguf_file::Content::read(&mut file).map_err(|e| e.to_string())?;
+    let (content, mut file) = open(original)?;
     if !content.tensor_infos.values().any(requantizes) {
         return Ok(original.to_path_buf());
     }
