@@ -1,10 +1,20 @@
-//! Gives freed heap memory back to the system after a burst. glibc keeps what a burst
-//! freed (10,000 concurrent model calls' buffers: hundreds of MB stayed resident after they
-//! ended); `malloc_trim` returns its free pages. Looked at every few seconds, from
-//! `/proc/self/statm`: memory is trimmed only when it is well above the lowest seen and has
-//! stopped growing, so a busy service is not trimmed over and over. With jemalloc (the
-//! opt-in allocator, which returns memory itself) and off glibc this does nothing. Knows the
-//! allocator; nothing of what the memory held.
+//! Gives memory back to the system: freed heap after a burst, and the code pages start-up
+//! touched once it is over.
+//!
+//! glibc keeps what a burst freed (10,000 concurrent model calls' buffers: hundreds of MB
+//! stayed resident after they ended); `malloc_trim` returns its free pages. Looked at every
+//! few seconds, from `/proc/self/statm`: memory is trimmed only when it is well above the
+//! lowest seen and has stopped growing, so a busy service is not trimmed over and over. With
+//! jemalloc (the opt-in allocator, which returns memory itself) and off glibc the trim does
+//! nothing.
+//!
+//! Start-up (configuration, migrations, building every channel and the router) runs code
+//! from all over the binary, and the kernel maps 64 KB around each page touched: 16 of a
+//! 20 MB idle process's pages were the binary's and the libraries' code and read-only data,
+//! most never needed again. Once start-up is over, and after each burst, those clean file
+//! pages are unmapped ([`unmap_clean_file_pages`]): they stay in the page cache, and a page
+//! used again is mapped again at its first touch (a minor fault). Knows the allocator and
+//! the process's mappings; nothing of what the memory held.
 
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +33,7 @@ pub fn resident() -> Option<u64> {
 
 /// Hand free heap pages back; what was resident before and after.
 #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
-#[allow(unsafe_code)] // the project's one unsafe call (see Cargo.toml's lints)
+#[allow(unsafe_code)] // the project's unsafe calls are in this file (see Cargo.toml's lints)
 pub fn trim() -> (Option<u64>, Option<u64>) {
     let before = resident();
     // SAFETY: malloc_trim takes no pointer; it only walks glibc's own arenas, which it locks.
@@ -38,8 +48,96 @@ pub fn trim() -> (Option<u64>, Option<u64>) {
     (resident(), resident())
 }
 
-/// Until `stop`: trim after each burst.
+/// Unmap the clean file-backed pages of the program and its libraries: private read-only
+/// mappings of a file holding no page of their own (code, read-only data; not the relocated
+/// tables, which hold written pages). Returns the bytes of the mappings let go.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // see `trim`
+pub fn unmap_clean_file_pages() -> u64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    let mut released = 0;
+    for mapping in clean_file_mappings(&smaps) {
+        // SAFETY: the range is one whole mapping the kernel listed as a private, read-only
+        // mapping of a file with no anonymous (written) page: MADV_DONTNEED only drops its
+        // page-table entries, and the next access maps the same bytes of the same file
+        // again. No memory the program wrote is in it, and no pointer is dereferenced.
+        let done = unsafe {
+            libc::madvise(
+                mapping.start as *mut libc::c_void,
+                mapping.end - mapping.start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if done == 0 {
+            released += (mapping.end - mapping.start) as u64;
+        }
+    }
+    released
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn unmap_clean_file_pages() -> u64 {
+    0
+}
+
+/// One mapping's address range.
+#[derive(Debug, PartialEq)]
+struct Mapping {
+    start: usize,
+    end: usize,
+}
+
+/// From `/proc/self/smaps`: the private read-only (`r--p`, `r-xp`) mappings of a named file
+/// whose pages are all the file's (no anonymous, dirty or swapped page).
+fn clean_file_mappings(smaps: &str) -> Vec<Mapping> {
+    let mut found = Vec::new();
+    let mut current: Option<(Mapping, bool)> = None;
+    let mut close = |current: &mut Option<(Mapping, bool)>| {
+        if let Some((mapping, true)) = current.take() {
+            found.push(mapping);
+        }
+    };
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if let Some((start, end)) = first.split_once('-')
+            && let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            )
+        {
+            close(&mut current);
+            let perms = fields.next().unwrap_or("");
+            let path = fields.nth(3).unwrap_or("");
+            let eligible = matches!(perms, "r--p" | "r-xp") && path.starts_with('/');
+            current = Some((Mapping { start, end }, eligible));
+            continue;
+        }
+        let written = matches!(
+            first,
+            "Anonymous:" | "Private_Dirty:" | "Shared_Dirty:" | "Swap:" | "AnonHugePages:"
+        ) && fields.next().is_some_and(|kb| kb != "0");
+        if written && let Some((_, eligible)) = current.as_mut() {
+            *eligible = false;
+        }
+    }
+    close(&mut current);
+    found
+}
+
+/// How long start-up is given before its pages are let go: ready takes about 15 ms.
+const START_UP: Duration = Duration::from_millis(500);
+
+/// Until `stop`: let start-up's code pages go once it is over; trim after each burst.
 pub async fn run(stop: CancellationToken) {
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = tokio::time::sleep(START_UP) => {}
+    }
+    let released = unmap_clean_file_pages();
+    tracing::debug!(released, "start-up's code pages let go");
     let Some(mut floor) = resident() else {
         return;
     };
@@ -51,12 +149,95 @@ pub async fn run(stop: CancellationToken) {
         }
         let Some(now) = resident() else { return };
         if now > floor + SLACK && now <= last {
-            let (before, after) = trim();
+            let (before, trimmed) = trim();
+            // A trim that freed much ends a burst: its code pages go too. (One that frees
+            // little, with a loaded local model above the floor, say, comes every few
+            // seconds; the pages in use would only be mapped again.)
+            let freed = before.zip(trimmed).map_or(0, |(b, a)| b.saturating_sub(a));
+            if freed >= SLACK / 4 {
+                unmap_clean_file_pages();
+            }
+            let after = resident();
             tracing::debug!(before = ?before, after = ?after, "heap trimmed after a burst");
             last = after.unwrap_or(now);
         } else {
             last = now;
         }
         floor = floor.min(last);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = "\
+55954b08b000-55954b91b000 r--p 00000000 fe:00 815533 /usr/bin/ferroclaw
+Rss:                1644 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+Swap:                  0 kB
+55954b91b000-55954d0da000 r-xp 0088f000 fe:00 815533 /usr/bin/ferroclaw
+Rss:               12716 kB
+Private_Dirty:         0 kB
+Anonymous:             0 kB
+55954d0da000-55954d2b1000 r--p 0204d000 fe:00 815533 /usr/bin/ferroclaw
+Private_Dirty:      1884 kB
+Anonymous:          1884 kB
+55954d2b1000-55954d2bc000 rw-p 02223000 fe:00 815533 /usr/bin/ferroclaw
+Anonymous:            44 kB
+7fc93c713000-7fc93c71b000 rw-s 00000000 fe:00 10010687 /tmp/db.sqlite-shm
+Anonymous:             0 kB
+7fc93c800000-7fc93c900000 r--p 00000000 00:00 0
+Anonymous:             0 kB
+7fc93ca00000-7fc93cb00000 r-xp 00000000 00:00 0 [vdso]
+Anonymous:             0 kB
+7fc93cc00000-7fc93cd00000 r--p 00000000 fe:00 42 /usr/lib/libc.so.6
+Rss:                1576 kB
+Anonymous:             0 kB
+Swap:                  4 kB
+";
+
+    #[test]
+    fn only_clean_private_read_only_file_mappings_are_let_go() {
+        let found = clean_file_mappings(SMAPS);
+        assert_eq!(
+            found,
+            vec![
+                Mapping {
+                    start: 0x55954b08b000,
+                    end: 0x55954b91b000
+                },
+                Mapping {
+                    start: 0x55954b91b000,
+                    end: 0x55954d0da000
+                },
+            ],
+            "the relocated tables, writable, shared, anonymous, [vdso] and swapped mappings stay"
+        );
+    }
+
+    #[test]
+    fn letting_code_pages_go_keeps_the_program_running() {
+        // This test binary's own code is unmapped while it runs and maps back on use.
+        let file_pages = || {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("RssFile:")).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        let before = file_pages();
+        assert!(unmap_clean_file_pages() > 0);
+        let after = file_pages();
+        assert!(
+            after < before,
+            "file pages resident before {before} KB, after {after} KB"
+        );
+        let again: u64 = (1..=1000u64).map(|n| n * n).sum();
+        assert_eq!(again, 333_833_500);
+        assert!(format!("{again}").len() == 9);
     }
 }
