@@ -11,10 +11,11 @@
 //! Start-up (configuration, migrations, building every channel and the router) runs code
 //! from all over the binary, and the kernel maps 64 KB around each page touched: 16 of a
 //! 20 MB idle process's pages were the binary's and the libraries' code and read-only data,
-//! most never needed again. Once start-up is over, and after each burst, those clean file
-//! pages are unmapped ([`unmap_clean_file_pages`]): they stay in the page cache, and a page
-//! used again is mapped again at its first touch (a minor fault). Knows the allocator and
-//! the process's mappings; nothing of what the memory held.
+//! most never needed again. Once start-up is over, and again whenever more than 4 MB of
+//! them are mapped back (a burst, late start-up work; looked at every few seconds), those
+//! clean file pages are unmapped ([`unmap_clean_file_pages`]): they stay in the page
+//! cache, and a page used again is mapped again at its first touch (a minor fault). Knows
+//! the allocator and the process's mappings; nothing of what the memory held.
 
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -129,15 +130,27 @@ fn clean_file_mappings(smaps: &str) -> Vec<Mapping> {
 
 /// How long start-up is given before its pages are let go: ready takes about 15 ms.
 const START_UP: Duration = Duration::from_millis(500);
+/// File pages mapped again this far above what the last unmap left are let go again (what
+/// start-up's last steps or a burst touched); the idle service maps about 1.5 MB back.
+const FILE_SLACK: u64 = 4 << 20;
 
-/// Until `stop`: let start-up's code pages go once it is over; trim after each burst.
+/// Resident bytes of this process that are file pages (`/proc/self/statm`'s third field).
+fn resident_file() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(2)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Until `stop`: let start-up's code pages go once it is over (and again whenever many are
+/// mapped back); trim the heap after each burst.
 pub async fn run(stop: CancellationToken) {
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = tokio::time::sleep(START_UP) => {}
     }
     let released = unmap_clean_file_pages();
-    tracing::debug!(released, "start-up's code pages let go");
+    let mut file_floor = resident_file().unwrap_or(0);
+    tracing::debug!(released, file_floor, "start-up's code pages let go");
     let Some(mut floor) = resident() else {
         return;
     };
@@ -147,17 +160,13 @@ pub async fn run(stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(EVERY) => {}
         }
+        if resident_file().is_some_and(|file| file > file_floor + FILE_SLACK) {
+            unmap_clean_file_pages();
+            file_floor = resident_file().unwrap_or(0);
+        }
         let Some(now) = resident() else { return };
         if now > floor + SLACK && now <= last {
-            let (before, trimmed) = trim();
-            // A trim that freed much ends a burst: its code pages go too. (One that frees
-            // little, with a loaded local model above the floor, say, comes every few
-            // seconds; the pages in use would only be mapped again.)
-            let freed = before.zip(trimmed).map_or(0, |(b, a)| b.saturating_sub(a));
-            if freed >= SLACK / 4 {
-                unmap_clean_file_pages();
-            }
-            let after = resident();
+            let (before, after) = trim();
             tracing::debug!(before = ?before, after = ?after, "heap trimmed after a burst");
             last = after.unwrap_or(now);
         } else {
