@@ -91,7 +91,10 @@ struct Mapping {
 }
 
 /// From `/proc/self/smaps`: the private read-only (`r--p`, `r-xp`) mappings of a named file
-/// whose pages are all the file's (no anonymous, dirty or swapped page).
+/// whose pages are all the file's: no anonymous page (one the process wrote, copied on
+/// write) and none swapped. Dirty pages are not a reason: a file written a moment ago (a
+/// binary just built or copied) has dirty pages in the page cache, which smaps counts as
+/// `Private_Dirty` in every mapping of it, though the process wrote nothing.
 fn clean_file_mappings(smaps: &str) -> Vec<Mapping> {
     let mut found = Vec::new();
     let mut current: Option<(Mapping, bool)> = None;
@@ -116,10 +119,8 @@ fn clean_file_mappings(smaps: &str) -> Vec<Mapping> {
             current = Some((Mapping { start, end }, eligible));
             continue;
         }
-        let written = matches!(
-            first,
-            "Anonymous:" | "Private_Dirty:" | "Shared_Dirty:" | "Swap:" | "AnonHugePages:"
-        ) && fields.next().is_some_and(|kb| kb != "0");
+        let written = matches!(first, "Anonymous:" | "Swap:" | "AnonHugePages:")
+            && fields.next().is_some_and(|kb| kb != "0");
         if written && let Some((_, eligible)) = current.as_mut() {
             *eligible = false;
         }
@@ -188,7 +189,7 @@ Anonymous:             0 kB
 Swap:                  0 kB
 55954b91b000-55954d0da000 r-xp 0088f000 fe:00 815533 /usr/bin/ferroclaw
 Rss:               12716 kB
-Private_Dirty:         0 kB
+Private_Dirty:       512 kB
 Anonymous:             0 kB
 55954d0da000-55954d2b1000 r--p 0204d000 fe:00 815533 /usr/bin/ferroclaw
 Private_Dirty:      1884 kB
@@ -222,7 +223,8 @@ Swap:                  4 kB
                     end: 0x55954d0da000
                 },
             ],
-            "the relocated tables, writable, shared, anonymous, [vdso] and swapped mappings stay"
+            "the relocated tables, writable, shared, anonymous, [vdso] and swapped mappings stay; \
+             dirty page cache (a binary just written) does not keep code"
         );
     }
 
