@@ -9,8 +9,8 @@
 //! nothing.
 //!
 //! Start-up (configuration, migrations, building every channel and the router) runs code
-//! from all over the binary, and the kernel maps 64 KB around each page touched: 16 of a
-//! 20 MB idle process's pages were the binary's and the libraries' code and read-only data,
+//! from all over the binary, and the kernel maps 64 KB around each page touched: 16 MB of a
+//! 20 MB idle process were the binary's and the libraries' code and read-only data,
 //! most never needed again. Once start-up is over, and again whenever more than 4 MB of
 //! them are mapped back (a burst, late start-up work; looked at every few seconds), those
 //! clean file pages are unmapped ([`unmap_clean_file_pages`]): they stay in the page
@@ -27,8 +27,18 @@ const SLACK: u64 = 24 << 20;
 
 /// Resident bytes of this process, if the system says.
 pub fn resident() -> Option<u64> {
+    statm_bytes(1)
+}
+
+/// Resident bytes of this process that are file pages (code, read-only data, mapped files).
+fn resident_file() -> Option<u64> {
+    statm_bytes(2)
+}
+
+/// Field `index` of `/proc/self/statm` (a count of pages), in bytes.
+fn statm_bytes(index: usize) -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let pages: u64 = statm.split_whitespace().nth(index)?.parse().ok()?;
     Some(pages * 4096)
 }
 
@@ -135,13 +145,6 @@ const START_UP: Duration = Duration::from_millis(500);
 /// start-up's last steps or a burst touched); the idle service maps about 1.5 MB back.
 const FILE_SLACK: u64 = 4 << 20;
 
-/// Resident bytes of this process that are file pages (`/proc/self/statm`'s third field).
-fn resident_file() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(2)?.parse().ok()?;
-    Some(pages * 4096)
-}
-
 /// Until `stop`: let start-up's code pages go once it is over (and again whenever many are
 /// mapped back); trim the heap after each burst.
 pub async fn run(stop: CancellationToken) {
@@ -231,21 +234,12 @@ Swap:                  4 kB
     #[test]
     fn letting_code_pages_go_keeps_the_program_running() {
         // This test binary's own code is unmapped while it runs and maps back on use.
-        let file_pages = || {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap();
-            let line = status.lines().find(|l| l.starts_with("RssFile:")).unwrap();
-            line.split_whitespace()
-                .nth(1)
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        };
-        let before = file_pages();
+        let before = resident_file().unwrap();
         assert!(unmap_clean_file_pages() > 0);
-        let after = file_pages();
+        let after = resident_file().unwrap();
         assert!(
             after < before,
-            "file pages resident before {before} KB, after {after} KB"
+            "file pages resident before {before} bytes, after {after} bytes"
         );
         let again: u64 = (1..=1000u64).map(|n| n * n).sum();
         assert_eq!(again, 333_833_500);
