@@ -26,6 +26,7 @@ mod runs;
 mod sessions;
 mod sql_text;
 mod sqlite;
+mod sqlite_conns;
 mod sqlite_schema;
 mod states;
 mod teams;

@@ -1,13 +1,14 @@
 //! The SQLite store: one file, WAL, a single writer connection and a few readers.
 
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection, Pool, Sqlite};
+use super::sqlite_conns::SqliteConns;
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
 
 pub struct SqliteStore {
-    pub(super) write: Pool<Sqlite>,
-    pub(super) read: Pool<Sqlite>,
+    pub(super) write: SqliteConns,
+    pub(super) read: SqliteConns,
 }
 
 impl SqliteStore {
@@ -31,24 +32,11 @@ impl SqliteStore {
                 .mode(0o600)
                 .open(file);
         }
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            // A write that failed mid-transaction (disk full, I/O error) can leave the
-            // connection believing it is still inside a transaction (SQLite rolled back on
-            // its own, sqlx's ROLLBACK then failed). Such a connection would turn every later
-            // transaction into a savepoint of a dead one; replace it instead. (Reading the
-            // depth is an atomic load; right after a dropped transaction whose rollback is
-            // still queued it also replaces a healthy connection, which is rare and cheap.)
-            .before_acquire(|conn, _meta| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
-            .connect_with(options.clone())
-            .await?;
-        // Readers connect on first use: opening one at start (what `connect_with` does to
-        // test the pool) cost start-up time for a connection the writer already proved.
-        let read = SqlitePoolOptions::new()
-            .max_connections(4)
-            .min_connections(0)
-            .connect_lazy_with(options.read_only(false));
+        // One writer, opened now (a database that cannot be opened fails the start), and up
+        // to four readers opened on first use (opening one at start cost start-up time for a
+        // connection the writer already proved). Not sqlx's pool: `sqlite_conns.rs`.
+        let write = SqliteConns::new(options.clone(), 1, true).await?;
+        let read = SqliteConns::new(options, 4, false).await?;
         Ok(SqliteStore { write, read })
     }
 }

@@ -364,7 +364,7 @@ sql!(
 
 /// A reservation on SQLite (see `reserve_on`), on the writer's connection.
 async fn reserve_in_one_statement(
-    write: &sqlx::Pool<sqlx::Sqlite>,
+    write: &super::sqlite_conns::SqliteConns,
     holds: &[BudgetHold],
     amount: f64,
 ) -> StoreResult<Result<(), usize>> {
@@ -374,7 +374,7 @@ async fn reserve_in_one_statement(
 /// Calls' reservations on SQLite one after another in one transaction (one commit, one
 /// write of each page touched, for the whole batch).
 async fn reserve_each_in_one_transaction(
-    write: &sqlx::Pool<sqlx::Sqlite>,
+    write: &super::sqlite_conns::SqliteConns,
     calls: &[(Vec<BudgetHold>, f64)],
 ) -> StoreResult<Vec<Result<(), usize>>> {
     let mut answers = Vec::with_capacity(calls.len());

@@ -248,7 +248,6 @@ async fn a_postgres_store_is_backed_up_while_running_and_restored_into_another()
 /// file copied while a checkpoint ran was once torn (an index counted 20 rows, its table 0).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_postgres_snapshot_is_whole_in_its_main_file() {
-    use ferroclaw::storage::Store as _;
     let url = crate::common::pg::fresh_database().await;
     ferroclaw::storage::connect(&url)
         .await
