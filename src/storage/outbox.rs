@@ -101,27 +101,41 @@ macro_rules! rows {
             where
                 E: sqlx::Executor<'c, Database = $db>,
             {
+                let mut insert = sqlx::QueryBuilder::<$db>::new("");
+                Self::push_outbound_insert(&mut insert, session_key, message, now_ms)?;
+                Ok(insert.build_query_scalar().fetch_one(executor).await?)
+            }
+
+            /// One outbox row's `INSERT … RETURNING id`, onto `query` (alone, or one statement
+            /// of a SQLite batch).
+            pub(in crate::storage) fn push_outbound_insert<'a>(
+                query: &mut sqlx::QueryBuilder<'a, $db>,
+                session_key: &'a str,
+                message: &'a $crate::storage::NewOutbound,
+                now_ms: i64,
+            ) -> $crate::storage::StoreResult<()> {
                 let route = serde_json::to_string(&message.route)
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
-                let id: i64 = sqlx::query_scalar(
+                query.push(
                     "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
-                     in_reply_to, edit_of, created_at, file, approval) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING id",
-                )
-                .bind(session_key)
-                .bind(&message.route.channel)
-                .bind(&message.route.chat_id)
-                .bind(&message.route.thread_id)
-                .bind(route)
-                .bind(message.kind.as_str())
-                .bind(&message.text)
-                .bind(&message.in_reply_to)
-                .bind(message.edit_of)
-                .bind(now_ms)
-                .bind(message.file.as_ref().map(|f| serde_json::to_string(f).expect("files serialise")))
-                .bind(message.approval.as_ref().map(|a| serde_json::to_string(a).expect("prompts serialise")))
-                .fetch_one(executor)
-                .await?;
-                Ok(id)
+                     in_reply_to, edit_of, created_at, file, approval) ",
+                );
+                query.push_values([message], |mut row, message| {
+                    row.push_bind(session_key)
+                        .push_bind(&message.route.channel)
+                        .push_bind(&message.route.chat_id)
+                        .push_bind(&message.route.thread_id)
+                        .push_bind(route.clone())
+                        .push_bind(message.kind.as_str())
+                        .push_bind(&message.text)
+                        .push_bind(&message.in_reply_to)
+                        .push_bind(message.edit_of)
+                        .push_bind(now_ms)
+                        .push_bind(message.file.as_ref().map(|f| serde_json::to_string(f).expect("files serialise")))
+                        .push_bind(message.approval.as_ref().map(|a| serde_json::to_string(a).expect("prompts serialise")));
+                });
+                query.push(" RETURNING id");
+                Ok(())
             }
         }
     };

@@ -25,7 +25,54 @@ pub trait TranscriptStore: Send + Sync {
 }
 
 macro_rules! sql {
-    ($store:ty, $db:ty) => {
+    ($store:ty, $db:ty, $batched:literal) => {
+        impl $store {
+            /// One statement of a turn's commit, onto `query`.
+            fn push_turn_part<'a>(
+                query: &mut sqlx::QueryBuilder<'a, $db>,
+                turn: &'a $crate::storage::TurnCommit,
+                part: TurnPart,
+            ) -> $crate::storage::StoreResult<()> {
+                match part {
+                    TurnPart::Entries => {
+                        query.push(
+                            "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
+                             tokens_in, tokens_out, created_at) ",
+                        );
+                        query.push_values(&turn.entries, |mut row, entry| {
+                            row.push_bind(&turn.session_key)
+                                .push_bind(turn.epoch)
+                                .push_bind(entry.role.as_str())
+                                .push_bind(&entry.content)
+                                .push_bind(&entry.tool_calls)
+                                .push_bind(&entry.tool_call_id)
+                                .push_bind(&entry.model)
+                                .push_bind(entry.tokens_in)
+                                .push_bind(entry.tokens_out)
+                                .push_bind(turn.now_ms);
+                        });
+                    }
+                    TurnPart::Outbound(i) => {
+                        Self::push_outbound_insert(query, &turn.session_key, &turn.outbound[i], turn.now_ms)?;
+                    }
+                    TurnPart::Totals => {
+                        query
+                            .push("UPDATE sessions SET tokens_in = tokens_in + ")
+                            .push_bind(turn.tokens_in)
+                            .push(", tokens_out = tokens_out + ")
+                            .push_bind(turn.tokens_out)
+                            .push(", last_model = COALESCE(")
+                            .push_bind(&turn.last_model)
+                            .push(", last_model), updated_at = ")
+                            .push_bind(turn.now_ms)
+                            .push(" WHERE key = ")
+                            .push_bind(&turn.session_key);
+                    }
+                }
+                Ok(())
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::storage::TranscriptStore for $store {
             async fn transcript_recent(
@@ -93,41 +140,45 @@ macro_rules! sql {
                         .execute(&mut *tx)
                         .await?;
                 }
+                // The turn's rows: its transcript entries (one statement), its bot messages
+                // (one each, returning their ids) and the session's totals. SQLite runs them as
+                // one batch of statements, one round trip to the connection's thread;
+                // PostgreSQL's extended protocol takes one statement at a time.
+                let mut parts = Vec::with_capacity(turn.outbound.len() + 2);
                 if !turn.entries.is_empty() {
-                    // One statement for all of the turn's transcript entries.
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
-                         tokens_in, tokens_out, created_at) ",
-                    );
-                    insert.push_values(&turn.entries, |mut row, entry| {
-                        row.push_bind(&turn.session_key)
-                            .push_bind(turn.epoch)
-                            .push_bind(entry.role.as_str())
-                            .push_bind(&entry.content)
-                            .push_bind(&entry.tool_calls)
-                            .push_bind(&entry.tool_call_id)
-                            .push_bind(&entry.model)
-                            .push_bind(entry.tokens_in)
-                            .push_bind(entry.tokens_out)
-                            .push_bind(turn.now_ms);
-                    });
-                    insert.build().execute(&mut *tx).await?;
+                    parts.push(TurnPart::Entries);
                 }
-                let mut ids = Vec::with_capacity(turn.outbound.len());
-                for message in &turn.outbound {
-                    ids.push(Self::insert_outbound(&mut *tx, &turn.session_key, message, turn.now_ms).await?);
+                parts.extend((0..turn.outbound.len()).map(TurnPart::Outbound));
+                parts.push(TurnPart::Totals);
+                let ids: Vec<i64> = if $batched {
+                    let mut batch = sqlx::QueryBuilder::<$db>::new("");
+                    for (n, part) in parts.into_iter().enumerate() {
+                        if n > 0 {
+                            batch.push("; ");
+                        }
+                        Self::push_turn_part(&mut batch, turn, part)?;
+                    }
+                    batch.build_query_scalar().fetch_all(&mut *tx).await?
+                } else {
+                    let mut ids = Vec::with_capacity(turn.outbound.len());
+                    for part in parts {
+                        let mut statement = sqlx::QueryBuilder::<$db>::new("");
+                        Self::push_turn_part(&mut statement, turn, part)?;
+                        if let TurnPart::Outbound(_) = part {
+                            ids.push(statement.build_query_scalar().fetch_one(&mut *tx).await?);
+                        } else {
+                            statement.build().execute(&mut *tx).await?;
+                        }
+                    }
+                    ids
+                };
+                if ids.len() != turn.outbound.len() {
+                    return Err($crate::storage::StoreError::Corrupt(format!(
+                        "a turn's commit returned {} outbox ids for {} messages",
+                        ids.len(),
+                        turn.outbound.len()
+                    )));
                 }
-                sqlx::query(
-                    "UPDATE sessions SET tokens_in = tokens_in + $2, tokens_out = tokens_out + $3, \
-                     last_model = COALESCE($4, last_model), updated_at = $5 WHERE key = $1",
-                )
-                .bind(&turn.session_key)
-                .bind(turn.tokens_in)
-                .bind(turn.tokens_out)
-                .bind(&turn.last_model)
-                .bind(turn.now_ms)
-                .execute(&mut *tx)
-                .await?;
                 tx.commit().await?;
                 Ok(ids)
             }
@@ -135,5 +186,13 @@ macro_rules! sql {
     };
 }
 
-sql!(super::SqliteStore, sqlx::Sqlite);
-sql!(super::PostgresStore, sqlx::Postgres);
+/// One statement of a turn's commit (see `commit_turn`).
+#[derive(Clone, Copy)]
+enum TurnPart {
+    Entries,
+    Outbound(usize),
+    Totals,
+}
+
+sql!(super::SqliteStore, sqlx::Sqlite, true);
+sql!(super::PostgresStore, sqlx::Postgres, false);

@@ -178,6 +178,11 @@ async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
         ["a", "b"],
         "a refused commit writes nothing"
     );
+    assert_eq!(
+        pending.iter().map(|p| p.message.id).collect::<Vec<_>>(),
+        ids,
+        "the commit returns each message's outbox id, in order"
+    );
     let transcript = store.transcript_recent(&key, 0, 0, 100).await.unwrap();
     assert_eq!(transcript.len(), 2);
     let session = store.session_get(&key).await.unwrap().unwrap();
