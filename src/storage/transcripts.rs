@@ -24,8 +24,8 @@ pub trait TranscriptStore: Send + Sync {
     async fn commit_turn(&self, turn: &TurnCommit) -> StoreResult<Vec<i64>>;
 }
 
-macro_rules! sql {
-    ($store:ty, $db:ty, $batched:literal) => {
+macro_rules! parts {
+    ($store:ty, $db:ty) => {
         impl $store {
             /// One statement of a turn's commit, onto `query`.
             fn push_turn_part<'a>(
@@ -72,7 +72,11 @@ macro_rules! sql {
                 Ok(())
             }
         }
+    };
+}
 
+macro_rules! sql {
+    ($store:ty, $db:ty, $batched:literal) => {
         #[async_trait::async_trait]
         impl $crate::storage::TranscriptStore for $store {
             async fn transcript_recent(
@@ -194,5 +198,7 @@ enum TurnPart {
     Totals,
 }
 
+parts!(super::SqliteStore, sqlx::Sqlite);
+parts!(super::PostgresStore, sqlx::Postgres);
 sql!(super::SqliteStore, sqlx::Sqlite, true);
 sql!(super::PostgresStore, sqlx::Postgres, false);
