@@ -120,12 +120,12 @@ macro_rules! rows {
                     "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
                      in_reply_to, edit_of, created_at, file, approval) ",
                 );
-                query.push_values([message], |mut row, message| {
+                query.push_values([(message, route)], |mut row, (message, route)| {
                     row.push_bind(session_key)
                         .push_bind(&message.route.channel)
                         .push_bind(&message.route.chat_id)
                         .push_bind(&message.route.thread_id)
-                        .push_bind(route.clone())
+                        .push_bind(route)
                         .push_bind(message.kind.as_str())
                         .push_bind(&message.text)
                         .push_bind(&message.in_reply_to)

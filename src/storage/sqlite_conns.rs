@@ -1,9 +1,10 @@
 //! The SQLite store's connections: a few `SqliteConnection`s handed out and taken back
-//! without sqlx's pool. sqlx's pool pings a connection when it takes one back (a task
-//! spawned per statement, and a round trip to the connection's worker thread), which for an
-//! in-process SQLite connection checks nothing a network connection would; it was half of a
-//! turn's round trips to SQLite's threads. Here a statement is one round trip: a connection
-//! leaves an idle list under a semaphore permit and goes back on drop.
+//! without sqlx's pool. sqlx's pool pings a connection when it hands one out and again when
+//! it takes one back (a task spawned per statement, and a round trip to the connection's
+//! worker thread each time), which for an in-process SQLite connection checks nothing a
+//! network connection would: three round trips per statement. Here a statement is one
+//! round trip: a connection leaves an idle list under a semaphore permit and goes back on
+//! drop.
 //!
 //! The same surface the aggregates' SQL uses on a pool (`&conns` as an executor,
 //! `acquire()`, `begin()` with `commit()`/`rollback()`, dereferencing to the connection), so
