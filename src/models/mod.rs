@@ -33,6 +33,16 @@ pub fn offline() -> bool {
     std::env::var("FERROCLAW_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
+/// A name beside `target` that no other writer uses, in this process or another: a file is
+/// written there, then renamed over `target`, so a reader never sees half a file, even when
+/// two first uses (a `serve` and a `chat`, say) prepare the same file at once.
+pub fn scratch_beside(target: &std::path::Path, what: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    target.with_file_name(format!(".{name}.{what}-{}", uuid::Uuid::new_v4().simple()))
+}
+
 /// The cached file of a known model, if it is there.
 pub fn cached(model: &KnownModel) -> Option<PathBuf> {
     let path = cache_dir().join(model.file);

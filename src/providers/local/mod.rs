@@ -15,6 +15,8 @@
 #[cfg(not(feature = "llama-cpp"))]
 mod candle_engine;
 #[cfg(not(feature = "llama-cpp"))]
+mod gguf_check;
+#[cfg(not(feature = "llama-cpp"))]
 mod llama;
 #[cfg(feature = "llama-cpp")]
 mod llama_engine;

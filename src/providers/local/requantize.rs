@@ -34,10 +34,13 @@ fn requantizes(info: &gguf_file::TensorInfo) -> bool {
 }
 
 /// A GGUF file opened for reading, its header read (buffered: the header is a hundred
-/// thousand small reads, the vocabulary's strings); the reader is left at the tensors.
+/// thousand small reads, the vocabulary's strings); the reader is left at the tensors. A
+/// file whose lengths do not fit in it is refused first (`gguf_check`): candle would
+/// allocate what they say.
 pub(super) fn open(
     path: &Path,
 ) -> Result<(gguf_file::Content, std::io::BufReader<std::fs::File>), String> {
+    super::gguf_check::whole(path)?;
     let mut file = std::io::BufReader::with_capacity(
         1 << 20,
         std::fs::File::open(path).map_err(|e| e.to_string())?,
@@ -51,7 +54,14 @@ pub(super) fn open(
 pub fn runnable(original: &Path) -> Result<PathBuf, String> {
     let copy = copy_path(original);
     if copy.is_file() {
-        return Ok(copy);
+        match super::gguf_check::whole(&copy) {
+            Ok(()) => return Ok(copy),
+            // Made again below (one torn by an older version, a damaged disk).
+            Err(why) => {
+                tracing::warn!(error = %why, "the 8-bit copy of the local model is damaged; making it again");
+                let _ = std::fs::remove_file(&copy);
+            }
+        }
     }
     let (content, mut file) = open(original)?;
     if !content.tensor_infos.values().any(requantizes) {
@@ -96,11 +106,15 @@ fn write_copy(
         .map(|(k, v)| (k.as_str(), v))
         .collect();
     let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
-    // Written aside and renamed: a load never sees half a file.
-    let partial = copy.with_extension("partial");
+    // Written aside under a name of its own and renamed: a load never sees half a file,
+    // even while another process makes the same copy (a shared scratch name let one
+    // writer's rename publish a file the other was still rewriting; its reader died
+    // allocating a string length read from the half-written header).
+    let partial = crate::models::scratch_beside(copy, "partial");
     let written = (|| {
-        let mut out =
-            std::io::BufWriter::new(std::fs::File::create(&partial).map_err(|e| e.to_string())?);
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create_new(&partial).map_err(|e| e.to_string())?,
+        );
         gguf_file::write(&mut out, &metadata, &tensors).map_err(failed)?;
         use std::io::Write;
         out.flush().map_err(|e| e.to_string())?;
@@ -114,8 +128,71 @@ fn write_copy(
 
 #[cfg(test)]
 mod tests {
-    use super::copy_path;
+    use super::{copy_path, open, runnable};
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    use candle_core::{Device, Tensor};
     use std::path::Path;
+
+    /// A GGUF file of one 4-bit matrix large enough that requantizing it takes a while.
+    fn four_bit_file(path: &Path) {
+        let (rows, cols) = (2048usize, 2048usize);
+        let values = Tensor::arange(0f32, (rows * cols) as f32, &Device::Cpu)
+            .unwrap()
+            .reshape((rows, cols))
+            .unwrap()
+            .affine(1e-6, -2.0)
+            .unwrap();
+        let matrix = QTensor::quantize(&values, GgmlDType::Q4_0).unwrap();
+        let name = gguf_file::Value::String("test".into());
+        let mut out = std::fs::File::create(path).unwrap();
+        gguf_file::write(
+            &mut out,
+            &[("general.name", &name)],
+            &[("blk.0.ffn_up.weight", &matrix)],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn first_uses_at_once_each_read_a_whole_copy_and_leave_no_scratch_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = dir.path().join("m.Q4_0.gguf");
+        four_bit_file(&original);
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    start.wait();
+                    let path = runnable(&original).unwrap();
+                    assert_eq!(path, copy_path(&original), "the 8-bit copy is run");
+                    // Read at once, as a load does, while other first uses may still write.
+                    let (content, mut file) = open(&path).unwrap();
+                    let info = &content.tensor_infos["blk.0.ffn_up.weight"];
+                    assert_eq!(info.ggml_dtype, GgmlDType::Q8_0);
+                    let matrix = content
+                        .tensor(&mut file, "blk.0.ffn_up.weight", &Device::Cpu)
+                        .unwrap();
+                    assert_eq!(matrix.shape().dims(), [2048, 2048]);
+                });
+            }
+        });
+        // A damaged copy (torn by an older version) is made again, not loaded.
+        let copy = copy_path(&original);
+        let whole_copy = std::fs::read(&copy).unwrap();
+        std::fs::write(&copy, &whole_copy[..whole_copy.len() / 3]).unwrap();
+        assert_eq!(runnable(&original).unwrap(), copy);
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            whole_copy,
+            "made again, whole"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["m.Q4_0.ferroclaw-q8_0.gguf", "m.Q4_0.gguf"]);
+    }
 
     #[test]
     fn the_copy_sits_beside_the_original() {
