@@ -8,7 +8,8 @@
 //!
 //! The same surface the aggregates' SQL uses on a pool (`&conns` as an executor,
 //! `acquire()`, `begin()` with `commit()`/`rollback()`, dereferencing to the connection), so
-//! that SQL stays written once for both dialects. A transaction dropped without commit
+//! that SQL stays written once for both dialects; and `begin_in_batch()`, a transaction whose
+//! BEGIN rides at the head of its first batch of statements (a turn's commit). A transaction dropped without commit
 //! queues its rollback as sqlx's does; a connection still inside a transaction when it is
 //! taken again (a failed rollback) is replaced instead of handed out. Knows connections,
 //! not tables.
@@ -93,6 +94,65 @@ impl SqliteConns {
         let mut lease = self.acquire().await?;
         Manager::begin(&mut lease, None).await?;
         Ok(Tx { lease, open: true })
+    }
+
+    /// A transaction that the first statement sent on it begins ([`BatchTx::begin_sql`]
+    /// leads a batch of statements): no round trip of its own for BEGIN.
+    pub async fn begin_in_batch(&self) -> Result<BatchTx, Error> {
+        Ok(BatchTx {
+            lease: self.acquire().await?,
+            open: true,
+        })
+    }
+}
+
+/// A transaction begun by the batch of statements sent first on it, ended by `commit` or
+/// `rollback`. sqlx does not track a BEGIN inside a statement, so a `BatchTx` dropped before
+/// either returned (an error, a cancelled future) closes its connection instead of handing
+/// it back: SQLite rolls back what a closing connection had open, and no later holder finds
+/// itself inside this transaction.
+pub struct BatchTx {
+    lease: Lease,
+    open: bool,
+}
+
+impl BatchTx {
+    /// What the first batch sent on this transaction starts with.
+    pub fn begin_sql(&self) -> &'static str {
+        "BEGIN; "
+    }
+
+    pub async fn commit(mut self) -> Result<(), Error> {
+        self.lease.execute("COMMIT").await?;
+        self.open = false;
+        Ok(())
+    }
+
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        self.lease.execute("ROLLBACK").await?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for BatchTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.lease
+    }
+}
+
+impl std::ops::DerefMut for BatchTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.lease
+    }
+}
+
+impl Drop for BatchTx {
+    fn drop(&mut self) {
+        if self.open {
+            self.lease.close_on_drop();
+        }
     }
 }
 
@@ -289,6 +349,50 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows, [2]);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_begun_in_a_batch_commits_rolls_back_and_dies_with_its_connection() {
+        let (_dir, conns) = conns(1).await;
+        let batch = |tx: &super::BatchTx, n: i64| {
+            format!(
+                "{}INSERT INTO t VALUES ({n}); SELECT count(*) FROM t",
+                tx.begin_sql()
+            )
+        };
+        let mut tx = conns.begin_in_batch().await.unwrap();
+        let seen: Vec<i64> = sqlx::query_scalar(&batch(&tx, 1))
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+        assert_eq!(seen, [1]);
+        tx.commit().await.unwrap();
+        let mut tx = conns.begin_in_batch().await.unwrap();
+        sqlx::query(&batch(&tx, 2)).execute(&mut *tx).await.unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(count(&conns).await, 1, "the rolled back row is gone");
+        // Dropped with its transaction open (an error between batch and commit): the next
+        // holder gets a connection outside it and the row is gone.
+        {
+            let mut tx = conns.begin_in_batch().await.unwrap();
+            sqlx::query(&batch(&tx, 3)).execute(&mut *tx).await.unwrap();
+        }
+        let mut next = conns.begin_in_batch().await.unwrap();
+        let seen: Vec<i64> = sqlx::query_scalar(&batch(&next, 4))
+            .fetch_all(&mut *next)
+            .await
+            .unwrap();
+        assert_eq!(
+            seen,
+            [2],
+            "row 3 was never committed; a nested BEGIN would have failed"
+        );
+        next.commit().await.unwrap();
+        let rows: Vec<i64> = sqlx::query_scalar("SELECT n FROM t ORDER BY n")
+            .fetch_all(&conns)
+            .await
+            .unwrap();
+        assert_eq!(rows, [1, 4]);
     }
 
     #[tokio::test]

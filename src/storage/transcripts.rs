@@ -34,6 +34,40 @@ macro_rules! parts {
                 part: TurnPart,
             ) -> $crate::storage::StoreResult<()> {
                 match part {
+                    TurnPart::Answered(journal_id) => {
+                        // Returns the id only when it was still pending (else the turn was
+                        // answered already, by another worker or before a restart).
+                        query
+                            .push("UPDATE inbound SET state = 'done', done_at = ")
+                            .push_bind(turn.now_ms)
+                            .push(", tokens_in = ")
+                            .push_bind(turn.tokens_in)
+                            .push(", tokens_out = ")
+                            .push_bind(turn.tokens_out)
+                            .push(" WHERE id = ")
+                            .push_bind(journal_id)
+                            .push(" AND state = 'pending' RETURNING id");
+                    }
+                    // The turn is answered: its recorded side effects are no longer needed.
+                    TurnPart::ClearEffects(journal_id) => {
+                        query
+                            .push("DELETE FROM tool_effects WHERE turn_key = ")
+                            .push_bind($crate::storage::effects_key(journal_id));
+                    }
+                    TurnPart::ClearRunEffects => {
+                        let (run_id, step) = turn.run_step.as_ref().expect("a run's step");
+                        query
+                            .push("DELETE FROM tool_effects WHERE turn_key = ")
+                            .push_bind($crate::storage::run_effects_key(run_id, *step));
+                    }
+                    TurnPart::RunStepDone => {
+                        let (run_id, step) = turn.run_step.as_ref().expect("a run's step");
+                        query
+                            .push("UPDATE runs SET step_input = NULL WHERE id = ")
+                            .push_bind(run_id)
+                            .push(" AND step = ")
+                            .push_bind(*step);
+                    }
                     TurnPart::Entries => {
                         query.push(
                             "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
@@ -76,7 +110,7 @@ macro_rules! parts {
 }
 
 macro_rules! sql {
-    ($store:ty, $db:ty, $batched:literal) => {
+    ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::storage::TranscriptStore for $store {
             async fn transcript_recent(
@@ -110,81 +144,7 @@ macro_rules! sql {
             }
 
             async fn commit_turn(&self, turn: &$crate::storage::TurnCommit) -> $crate::storage::StoreResult<Vec<i64>> {
-                let mut tx = self.write.begin().await?;
-                if let Some(journal_id) = turn.journal_id {
-                    let done = sqlx::query(
-                        "UPDATE inbound SET state = 'done', done_at = $2, tokens_in = $3, tokens_out = $4 \
-                         WHERE id = $1 AND state = 'pending'",
-                    )
-                        .bind(journal_id)
-                        .bind(turn.now_ms)
-                        .bind(turn.tokens_in)
-                        .bind(turn.tokens_out)
-                        .execute(&mut *tx)
-                        .await?;
-                    if done.rows_affected() != 1 {
-                        return Err($crate::storage::StoreError::AlreadyAnswered(journal_id));
-                    }
-                    // The turn is answered: its recorded side effects are no longer needed.
-                    if turn.clear_effects {
-                        sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
-                            .bind($crate::storage::effects_key(journal_id))
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                }
-                if let Some((run_id, step)) = &turn.run_step {
-                    sqlx::query("DELETE FROM tool_effects WHERE turn_key = $1")
-                        .bind($crate::storage::run_effects_key(run_id, *step))
-                        .execute(&mut *tx)
-                        .await?;
-                    sqlx::query("UPDATE runs SET step_input = NULL WHERE id = $1 AND step = $2")
-                        .bind(run_id)
-                        .bind(step)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                // The turn's rows: its transcript entries (one statement), its bot messages
-                // (one each, returning their ids) and the session's totals. SQLite runs them as
-                // one batch of statements, one round trip to the connection's thread;
-                // PostgreSQL's extended protocol takes one statement at a time.
-                let mut parts = Vec::with_capacity(turn.outbound.len() + 2);
-                if !turn.entries.is_empty() {
-                    parts.push(TurnPart::Entries);
-                }
-                parts.extend((0..turn.outbound.len()).map(TurnPart::Outbound));
-                parts.push(TurnPart::Totals);
-                let ids: Vec<i64> = if $batched {
-                    let mut batch = sqlx::QueryBuilder::<$db>::new("");
-                    for (n, part) in parts.into_iter().enumerate() {
-                        if n > 0 {
-                            batch.push("; ");
-                        }
-                        Self::push_turn_part(&mut batch, turn, part)?;
-                    }
-                    batch.build_query_scalar().fetch_all(&mut *tx).await?
-                } else {
-                    let mut ids = Vec::with_capacity(turn.outbound.len());
-                    for part in parts {
-                        let mut statement = sqlx::QueryBuilder::<$db>::new("");
-                        Self::push_turn_part(&mut statement, turn, part)?;
-                        if let TurnPart::Outbound(_) = part {
-                            ids.push(statement.build_query_scalar().fetch_one(&mut *tx).await?);
-                        } else {
-                            statement.build().execute(&mut *tx).await?;
-                        }
-                    }
-                    ids
-                };
-                if ids.len() != turn.outbound.len() {
-                    return Err($crate::storage::StoreError::Corrupt(format!(
-                        "a turn's commit returned {} outbox ids for {} messages",
-                        ids.len(),
-                        turn.outbound.len()
-                    )));
-                }
-                tx.commit().await?;
-                Ok(ids)
+                self.commit_parts(turn, &TurnPart::all(turn)).await
             }
         }
     };
@@ -193,12 +153,125 @@ macro_rules! sql {
 /// One statement of a turn's commit (see `commit_turn`).
 #[derive(Clone, Copy)]
 enum TurnPart {
+    /// The journal entry marked answered; returns its id if it was still pending.
+    Answered(i64),
+    ClearEffects(i64),
+    ClearRunEffects,
+    RunStepDone,
     Entries,
+    /// Returns the outbox row's id.
     Outbound(usize),
     Totals,
 }
 
+impl TurnPart {
+    /// A turn's statements in the order they run: the answered-mark first, so that a turn
+    /// answered already changes nothing.
+    fn all(turn: &TurnCommit) -> Vec<TurnPart> {
+        let mut parts = Vec::with_capacity(turn.outbound.len() + 6);
+        if let Some(journal_id) = turn.journal_id {
+            parts.push(TurnPart::Answered(journal_id));
+            if turn.clear_effects {
+                parts.push(TurnPart::ClearEffects(journal_id));
+            }
+        }
+        if turn.run_step.is_some() {
+            parts.extend([TurnPart::ClearRunEffects, TurnPart::RunStepDone]);
+        }
+        if !turn.entries.is_empty() {
+            parts.push(TurnPart::Entries);
+        }
+        parts.extend((0..turn.outbound.len()).map(TurnPart::Outbound));
+        parts.push(TurnPart::Totals);
+        parts
+    }
+}
+
+/// What a commit's statements returned, checked: the outbox ids in order, or why the turn
+/// must not be committed.
+fn returned_ids(turn: &TurnCommit, mut returned: Vec<i64>) -> StoreResult<Vec<i64>> {
+    if let Some(journal_id) = turn.journal_id {
+        // The answered-mark returns one id or none; each outbox insert returns one.
+        if returned.len() == turn.outbound.len() {
+            return Err(StoreError::AlreadyAnswered(journal_id));
+        }
+        if returned.first() == Some(&journal_id) {
+            returned.remove(0);
+        }
+    }
+    if returned.len() != turn.outbound.len() {
+        return Err(StoreError::Corrupt(format!(
+            "a turn's commit returned {} outbox ids for {} messages",
+            returned.len(),
+            turn.outbound.len()
+        )));
+    }
+    Ok(returned)
+}
+
+impl super::SqliteStore {
+    /// The turn's statements as one batch that begins the transaction, then COMMIT: two
+    /// round trips to the connection's thread (a separate BEGIN and answered-mark were two
+    /// more).
+    async fn commit_parts(&self, turn: &TurnCommit, parts: &[TurnPart]) -> StoreResult<Vec<i64>> {
+        let mut tx = self.write.begin_in_batch().await?;
+        let mut batch = sqlx::QueryBuilder::<sqlx::Sqlite>::new(tx.begin_sql());
+        for (n, part) in parts.iter().enumerate() {
+            if n > 0 {
+                batch.push("; ");
+            }
+            Self::push_turn_part(&mut batch, turn, *part)?;
+        }
+        let returned = batch.build_query_scalar().fetch_all(&mut *tx).await?;
+        match returned_ids(turn, returned) {
+            Ok(ids) => {
+                tx.commit().await?;
+                Ok(ids)
+            }
+            Err(why) => {
+                tx.rollback().await?;
+                Err(why)
+            }
+        }
+    }
+}
+
+impl super::PostgresStore {
+    /// The turn's statements one by one in a transaction (the extended protocol takes one
+    /// statement at a time).
+    async fn commit_parts(&self, turn: &TurnCommit, parts: &[TurnPart]) -> StoreResult<Vec<i64>> {
+        let mut tx = self.write.begin().await?;
+        let mut returned = Vec::with_capacity(turn.outbound.len() + 1);
+        for part in parts {
+            let mut statement = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+            Self::push_turn_part(&mut statement, turn, *part)?;
+            match part {
+                TurnPart::Answered(id) => {
+                    let marked: Option<i64> = statement
+                        .build_query_scalar()
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if marked.is_none() {
+                        // Nothing written yet; the transaction rolls back on drop.
+                        return Err(StoreError::AlreadyAnswered(*id));
+                    }
+                    returned.push(*id);
+                }
+                TurnPart::Outbound(_) => {
+                    returned.push(statement.build_query_scalar().fetch_one(&mut *tx).await?)
+                }
+                _ => {
+                    statement.build().execute(&mut *tx).await?;
+                }
+            }
+        }
+        let ids = returned_ids(turn, returned)?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+}
+
 parts!(super::SqliteStore, sqlx::Sqlite);
 parts!(super::PostgresStore, sqlx::Postgres);
-sql!(super::SqliteStore, sqlx::Sqlite, true);
-sql!(super::PostgresStore, sqlx::Postgres, false);
+sql!(super::SqliteStore, sqlx::Sqlite);
+sql!(super::PostgresStore, sqlx::Postgres);

@@ -188,6 +188,35 @@ async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
     let session = store.session_get(&key).await.unwrap().unwrap();
     assert_eq!((session.tokens_in, session.tokens_out), (10, 5));
     assert_eq!(session.last_model.as_deref(), Some("p/m"));
+
+    // The refused commit left the writer outside any transaction: the next one lands, and
+    // a turn with no bot message is marked answered too.
+    let JournalInsert::New(next) = store
+        .journal_insert(&inbound(&r, "x2", "q2"), &key, 2)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    let answer =
+        |text: &'static str| commit(Some(next.id), &key, 0, vec![entry("user", text)], vec![]);
+    let stored = async || {
+        store
+            .transcript_recent(&key, 0, 0, 100)
+            .await
+            .unwrap()
+            .len()
+    };
+    let none = store.commit_turn(&answer("q2")).await.unwrap();
+    assert!(none.is_empty(), "no bot message, no outbox id: {none:?}");
+    assert_eq!(
+        store.journal_state(next.id).await.unwrap(),
+        Some(JournalState::Done)
+    );
+    assert_eq!(stored().await, 3);
+    let refused = store.commit_turn(&answer("x")).await;
+    assert!(matches!(refused, Err(StoreError::AlreadyAnswered(id)) if id == next.id));
+    assert_eq!(stored().await, 3, "the refused commit wrote nothing");
 }
 
 async fn transcripts_are_windowed_and_archived_by_epoch(store: &dyn Store) {
