@@ -2,6 +2,7 @@
 
 use super::http_error::classify_status;
 use super::stream_limits;
+use super::wire_tools::{AnthropicTools, WithTools};
 use super::{
     ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
 };
@@ -32,6 +33,7 @@ impl AnthropicProvider {
         }
     }
 
+    /// The body's fields but the tools (see `complete`).
     fn body(model: &str, request: &ChatRequest) -> Value {
         let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
         for m in &request.messages {
@@ -97,17 +99,6 @@ impl AnthropicProvider {
         if !request.system.is_empty() {
             body["system"] = json!([{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]);
         }
-        if !request.tools.is_empty() {
-            let mut tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters.as_ref()}))
-                .collect();
-            if let Some(last) = tools.last_mut() {
-                last["cache_control"] = json!({"type": "ephemeral"});
-            }
-            body["tools"] = Value::Array(tools);
-        }
         body
     }
 }
@@ -141,7 +132,12 @@ impl ModelProvider for AnthropicProvider {
         let mut builder = lease
             .post(&self.endpoint)
             .header("anthropic-version", API_VERSION)
-            .json(&Self::body(model, request));
+            // The tools are written from their shared schemas, not copied into the body.
+            .json(&WithTools::new(
+                Self::body(model, request),
+                &request.tools,
+                || AnthropicTools(&request.tools),
+            ));
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key.expose_secret());
         }

@@ -15,6 +15,7 @@ mod local;
 mod openai;
 mod sse;
 mod stream_limits;
+mod wire_tools;
 
 pub use anthropic::AnthropicProvider;
 pub use chain::{ChainError, FallbackChain, ModelRef};

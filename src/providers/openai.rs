@@ -2,6 +2,7 @@
 //! Also serves OpenRouter, Ollama, vLLM and llama.cpp servers.
 
 use super::http_error::classify_status;
+use super::wire_tools::{OpenAiTools, WithTools};
 use super::{
     ChatRequest, ChatResponse, DeltaSink, ModelProvider, ProviderError, Role, ToolCall, Usage,
     stream_limits,
@@ -30,6 +31,7 @@ impl OpenAiProvider {
         }
     }
 
+    /// The body's fields but the tools (see `complete`).
     fn body(model: &str, request: &ChatRequest) -> Value {
         let mut messages = Vec::with_capacity(request.messages.len() + 1);
         if !request.system.is_empty() {
@@ -59,20 +61,12 @@ impl OpenAiProvider {
         if let Some(volatile) = &request.volatile {
             messages.push(json!({"role": "system", "content": volatile}));
         }
-        let mut body = json!({
+        json!({
             "model": model,
             "messages": messages,
             "stream": true,
             "stream_options": {"include_usage": true},
-        });
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters.as_ref()}}))
-                .collect();
-        }
-        body
+        })
     }
 }
 
@@ -87,7 +81,11 @@ impl ModelProvider for OpenAiProvider {
         // Held until the answer has streamed: the HTTP/2 pool counts the call on its
         // connection.
         let lease = (self.http)();
-        let mut builder = lease.post(&self.endpoint).json(&Self::body(model, request));
+        // The tools are written from their shared schemas, not copied into the body.
+        let body = WithTools::new(Self::body(model, request), &request.tools, || {
+            OpenAiTools(&request.tools)
+        });
+        let mut builder = lease.post(&self.endpoint).json(&body);
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }
