@@ -206,7 +206,7 @@ impl Engine {
         let tool_tokens = tools
             .specs()
             .iter()
-            .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
+            .map(|t| (t.name.len() + t.description.len() + t.parameters.text().len()) / 4)
             .sum();
         let agent_specs = personas
             .agents()

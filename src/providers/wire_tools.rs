@@ -3,10 +3,11 @@
 //! A body built as one `serde_json::Value` copied every tool's parameter schema into it on
 //! every call, then serialised and dropped the copy: about half of a webhook turn's
 //! instructions (measured with callgrind, 1,000 turns, 2026-12-06). Here the body's other
-//! fields stay a `Value` and the tools are serialised after them from borrowed data.
+//! fields stay a `Value` and the tools follow them from borrowed data, each schema as the
+//! JSON text it was given once ([`Schema`]).
 //! Knows the two providers' tool shapes; nothing of what a tool does.
 
-use super::ToolSpec;
+use super::{Schema, ToolSpec};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -43,7 +44,7 @@ struct OpenAiTool<'a> {
 struct Function<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a Schema,
 }
 
 impl Serialize for OpenAiTools<'_> {
@@ -67,7 +68,7 @@ pub(super) struct AnthropicTools<'a>(pub &'a [ToolSpec]);
 struct AnthropicTool<'a> {
     name: &'a str,
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: &'a Schema,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<Ephemeral>,
 }

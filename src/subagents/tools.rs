@@ -38,7 +38,7 @@ fn narrowed(agent: &AgentProfile, spec: &ToolSpec, itself: bool) -> ToolSpec {
         }
     }
     ToolSpec {
-        parameters: std::sync::Arc::new(parameters),
+        parameters: parameters.into(),
         ..spec.clone()
     }
 }

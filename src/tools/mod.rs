@@ -246,7 +246,7 @@ impl DynamicTool {
         let spec = ToolSpec {
             name: tool.name().into(),
             description: tool.description().into(),
-            parameters: Arc::new(schema),
+            parameters: schema.into(),
         };
         Ok(DynamicTool {
             tool,
@@ -275,7 +275,7 @@ impl ToolRegistry {
             .map(|t| ToolSpec {
                 name: t.name().into(),
                 description: t.description().into(),
-                parameters: Arc::new(t.schema()),
+                parameters: t.schema().into(),
             })
             .collect();
         ToolRegistry {

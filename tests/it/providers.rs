@@ -19,7 +19,7 @@ fn request() -> ChatRequest {
         tools: std::sync::Arc::new([ToolSpec {
             name: "lookup".into(),
             description: "d".into(),
-            parameters: std::sync::Arc::new(json!({"type":"object"})),
+            parameters: json!({"type":"object"}).into(),
         }]),
         affinity: None,
     }
