@@ -4,7 +4,9 @@
 //! Reports: time to ready (fresh SQLite database), idle memory, turns per second through the
 //! signed webhook path (journal → lane → model → commit → outbox → signed callback), the
 //! service's own CPU time per turn, and per-turn latency early and late in a long session.
-//! Numbers go to stdout; nothing here asserts on time.
+//! Numbers go to stdout; nothing here asserts on time. Each figure with a goal is measured in
+//! `--runs N` runs (default 3) and closes the report as the median of them, with the range
+//! and the goal beside it (`figures.rs`).
 //!
 //! For profiling: `FERROCLAW_BENCH_BIN` runs another build of the service (a debug build
 //! with symbols, say), and every `FERROCLAW_BENCH_CHILD_<NAME>` variable is given to the
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+mod figures;
 mod memory_search;
 
 const SECRET: &str = "bench-secret";
@@ -62,23 +65,38 @@ async fn main() {
         return;
     }
     let receiver = Receiver::start().await;
+    // Every figure the issues set a goal for is measured in `--runs` runs (default 3) and
+    // summed up at the end as the median of them.
+    let runs = arg("--runs").unwrap_or(3).max(1);
+    let mut figures = figures::Figures::default();
+    let size_mb = std::fs::metadata(&bin).map_or(f64::NAN, |m| m.len() as f64 / 1e6);
+    println!("binary: {size_mb:.1} MB ({})", bin.display());
+    figures.add("binary", "MB", "<= 12", size_mb);
 
-    // 1. Start-up.
-    let mut ready = Vec::new();
-    for _ in 0..10 {
-        let dir = tempfile::tempdir().unwrap();
-        let started = Instant::now();
-        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
-        wait_ready(&base).await;
-        ready.push(started.elapsed());
-        stop(child);
+    // 1. Start-up: ten starts per run, the run's median.
+    for _ in 0..runs {
+        let mut ready = Vec::new();
+        for _ in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let started = Instant::now();
+            let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
+            wait_ready(&base).await;
+            ready.push(started.elapsed());
+            stop(child);
+        }
+        ready.sort();
+        println!(
+            "start-up to /readyz 200 (fresh SQLite): median {:.1} ms, best {:.1} ms",
+            ms(ready[5]),
+            ms(ready[0])
+        );
+        figures.add(
+            "ready, fresh SQLite (median of 10 starts)",
+            "ms",
+            "<= 8",
+            ms(ready[5]),
+        );
     }
-    ready.sort();
-    println!(
-        "start-up to /readyz 200 (fresh SQLite): median {:.1} ms, best {:.1} ms",
-        ms(ready[5]),
-        ms(ready[0])
-    );
 
     // 2. Idle memory, load, memory after load. `--budgets`: with prices and caps set, so
     // every model call also reserves and settles (cost control's price per turn).
@@ -93,45 +111,64 @@ async fn main() {
     } else {
         ""
     };
-    let dir = tempfile::tempdir().unwrap();
-    let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, cost_tables).await;
-    wait_ready(&base).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    println!("idle RSS: {:.1} MB", rss_mb(child.id(), "VmRSS"));
-
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()
         .unwrap();
-    let cpu_before = cpu_secs(child.id());
-    let started = Instant::now();
-    send_spread(
-        &client,
-        std::slice::from_ref(&base),
-        64,
-        turns,
-        "m",
-        move |i, worker| format!("c{}", (i + worker) % conversations),
-    )
-    .await;
-    receiver.wait_for(turns).await;
-    let elapsed = started.elapsed();
-    let cpu = cpu_secs(child.id()) - cpu_before;
-    println!(
-        "throughput: {turns} turns over {conversations} conversations in {:.2} s = {:.0} turns/s",
-        elapsed.as_secs_f64(),
-        turns as f64 / elapsed.as_secs_f64()
-    );
-    println!(
-        "service CPU per turn (user+sys, all threads): {:.3} ms",
-        cpu * 1000.0 / turns as f64
-    );
-    println!("peak RSS under load: {:.1} MB", rss_mb(child.id(), "VmHWM"));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    println!(
-        "RSS after load, idle again: {:.1} MB",
-        rss_mb(child.id(), "VmRSS")
-    );
+    // The last run's database is kept for section 3.
+    let mut kept = None;
+    for run in 0..runs {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, cost_tables).await;
+        wait_ready(&base).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle = rss_mb(child.id(), "VmRSS");
+        println!("idle RSS: {idle:.1} MB");
+        figures.add("idle RSS", "MB", "<= 6", idle);
+
+        let cpu_before = cpu_secs(child.id());
+        let started = Instant::now();
+        let before = receiver.count();
+        send_spread(
+            &client,
+            std::slice::from_ref(&base),
+            64,
+            turns,
+            "m",
+            move |i, worker| format!("c{}", (i + worker) % conversations),
+        )
+        .await;
+        receiver.wait_for(before + turns).await;
+        let elapsed = started.elapsed();
+        let cpu = cpu_secs(child.id()) - cpu_before;
+        let rate = turns as f64 / elapsed.as_secs_f64();
+        let per_turn = cpu * 1000.0 / turns as f64;
+        println!(
+            "throughput: {turns} turns over {conversations} conversations in {:.2} s = {rate:.0} turns/s",
+            elapsed.as_secs_f64(),
+        );
+        println!("service CPU per turn (user+sys, all threads): {per_turn:.3} ms");
+        figures.add(
+            "turns/s, 100 conversations, SQLite",
+            "turns/s",
+            ">= 1500",
+            rate,
+        );
+        figures.add("service CPU per turn", "ms", "<= 1", per_turn);
+        let peak = rss_mb(child.id(), "VmHWM");
+        println!("peak RSS under load: {peak:.1} MB");
+        figures.add("peak RSS under load", "MB", "", peak);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = rss_mb(child.id(), "VmRSS");
+        println!("RSS after load, idle again: {after:.1} MB");
+        figures.add("RSS 2 s after the load", "MB", "", after);
+        if run + 1 < runs {
+            stop(child);
+        } else {
+            kept = Some((child, dir, base));
+        }
+    }
+    let (child, dir, base) = kept.expect("at least one run");
 
     // 3. Cost as history grows: one session, sequential turns.
     let mut latencies = Vec::with_capacity(history);
@@ -154,7 +191,7 @@ async fn main() {
     // 3b. The same database with 1,000,000 more transcript rows (other sessions): a turn's
     // cost must not grow with the table. Measured on a freshly started process before and
     // after seeding, so both include the same warm-up.
-    let fresh_turns = |label: &'static str| {
+    let fresh_turns = |label: String| {
         let (bin, dir, llm, receiver, client) = (&bin, dir.path(), &llm, &receiver, &client);
         async move {
             let (child, base) = spawn(bin, dir, llm, &receiver.url, "").await;
@@ -164,7 +201,7 @@ async fn main() {
             for i in 0..100 {
                 let before = receiver.count();
                 let t = Instant::now();
-                send(client, &base, label, &format!("{label}{i}"), "and now?").await;
+                send(client, &base, &label, &format!("{label}-{i}"), "and now?").await;
                 receiver.wait_for(before + 1).await;
                 took.push(t.elapsed());
             }
@@ -173,24 +210,60 @@ async fn main() {
             (took, cpu)
         }
     };
-    let (before_seed, cpu_before_seed) = fresh_turns("before-seed").await;
-    seed_transcript(dir.path(), 1_000_000).await;
-    let (after_seed, cpu_after_seed) = fresh_turns("after-seed").await;
-    println!(
-        "100 sequential turns on a fresh process: {:.2} ms avg, {:.3} ms CPU per turn; \
-         with 1,000,000 more transcript rows: {:.2} ms avg, {:.3} ms CPU per turn",
-        avg(&before_seed),
-        cpu_before_seed,
-        avg(&after_seed),
-        cpu_after_seed
+    let mut seeded = figures::Figures::default();
+    for stage in ["before", "after"] {
+        if stage == "after" {
+            seed_transcript(dir.path(), 1_000_000).await;
+        }
+        for run in 0..runs {
+            let (took, cpu) = fresh_turns(format!("{stage}-seed-{run}")).await;
+            println!(
+                "100 sequential turns on a fresh process, {stage} 1,000,000 more transcript rows: \
+                 {:.2} ms avg, {cpu:.3} ms CPU per turn",
+                avg(&took)
+            );
+            seeded.add(stage, "ms", "", cpu);
+        }
+    }
+    let (fresh, grown) = (
+        seeded.median_of("before").unwrap_or(f64::NAN),
+        seeded.median_of("after").unwrap_or(f64::NAN),
+    );
+    figures.add(
+        "CPU per sequential turn with 1,000,000 more rows, over fresh",
+        "%",
+        "<= +10",
+        (grown / fresh - 1.0) * 100.0,
     );
 
     // 4. Load that grows: many conversations in flight at once, each answer streamed over
     // 3 s by the model.
-    // Once over HTTP/1.1 (the default: a connection per call), once with the provider's
-    // `http2 = true` (every call a stream on one connection).
-    for http2 in [false, true] {
-        in_flight(&bin, arg("--inflight").unwrap_or(10_000), http2).await;
+    // Over HTTP/1.1 (the default: a connection per call) in every run, once with the
+    // provider's `http2 = true` (every call a stream on a shared connection).
+    let n = arg("--inflight").unwrap_or(10_000);
+    for run in 0..runs {
+        let burst = in_flight(&bin, n, false).await;
+        figures.add(
+            "in flight over HTTP/1.1: peak RSS",
+            "MB",
+            "<= 200",
+            burst.peak_mb,
+        );
+        figures.add(
+            "in flight over HTTP/1.1: RSS 30 s after, over idle",
+            "x",
+            "<= 2",
+            burst.after_30s_mb / burst.idle_mb,
+        );
+        figures.add(
+            "in flight over HTTP/1.1: all answered in",
+            "s",
+            "",
+            burst.answered_s,
+        );
+        if run == 0 {
+            in_flight(&bin, n, true).await;
+        }
     }
 
     // 5. The sandbox: `exec` call to first output, on a cold and on a warm container.
@@ -201,24 +274,46 @@ async fn main() {
     local_model(&bin).await;
 
     // 6. PostgreSQL, one process and two (when FERROCLAW_BENCH_PG_URL names a server).
-    postgres(&bin, &llm, turns, conversations).await;
+    for _ in 0..runs {
+        if let Some(scale) = postgres(&bin, &llm, turns, conversations).await {
+            figures.add(
+                "PostgreSQL, 2 processes over 1, each at half a core",
+                "x",
+                ">= 1.8",
+                scale,
+            );
+        }
+    }
+    figures.print();
 }
 
 /// Turns/s of one and of two processes on PostgreSQL: as they come (every process, the
 /// database and the load share this machine's cores), then with each process held to
 /// `--pg-cap-percent` of one core (default 50) as if each ran on a machine of its own, so
 /// that what a second process adds shows when the processes, not the cores, are the limit.
-async fn postgres(bin: &std::path::Path, llm: &str, turns: usize, conversations: usize) {
+///
+/// Returns the capped two processes' turns/s over the capped one's, when measured.
+async fn postgres(
+    bin: &std::path::Path,
+    llm: &str,
+    turns: usize,
+    conversations: usize,
+) -> Option<f64> {
     let Ok(admin) = std::env::var("FERROCLAW_BENCH_PG_URL") else {
         println!("PostgreSQL: skipped (set FERROCLAW_BENCH_PG_URL)");
-        return;
+        return None;
     };
     let cap = arg("--pg-cap-percent").unwrap_or(50) as f64 / 100.0;
+    let mut capped = Vec::new();
     for cap in [None, Some(cap)] {
         for processes in [1, 2] {
-            pg_throughput(bin, &admin, llm, processes, turns, conversations, cap).await;
+            let rate = pg_throughput(bin, &admin, llm, processes, turns, conversations, cap).await;
+            if cap.is_some() {
+                capped.push(rate?);
+            }
         }
     }
+    Some(capped[1] / capped[0])
 }
 
 /// A CPU budget for one process: a cgroup it is moved into (v2 `cpu.max`, v1
@@ -260,7 +355,8 @@ impl Drop for CpuCap {
 }
 
 /// Turns/s with `processes` serve processes on one fresh PostgreSQL database, senders spread
-/// over them; with `cap`, each process may use that share of one core.
+/// over them; with `cap`, each process may use that share of one core. None when the cap
+/// cannot be set here.
 async fn pg_throughput(
     bin: &std::path::Path,
     admin: &str,
@@ -269,7 +365,7 @@ async fn pg_throughput(
     turns: usize,
     conversations: usize,
     cap: Option<f64>,
-) {
+) -> Option<f64> {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(admin)
         .await
@@ -305,7 +401,7 @@ async fn pg_throughput(
                         cores * 100.0
                     );
                     stop(child);
-                    return;
+                    return None;
                 }
             }
         }
@@ -329,22 +425,31 @@ async fn pg_throughput(
     let held = cap.map_or_else(String::new, |c| {
         format!(", each held to {:.0} % of a core", c * 100.0)
     });
+    let rate = turns as f64 / elapsed.as_secs_f64();
     println!(
-        "PostgreSQL, {processes} process(es){held}: {turns} turns in {:.2} s = {:.0} turns/s, service CPU per turn {:.3} ms (all processes)",
+        "PostgreSQL, {processes} process(es){held}: {turns} turns in {:.2} s = {rate:.0} turns/s, service CPU per turn {:.3} ms (all processes)",
         elapsed.as_secs_f64(),
-        turns as f64 / elapsed.as_secs_f64(),
         cpu * 1000.0 / turns as f64
     );
     for child in children {
         stop(child);
     }
     drop(caps);
+    Some(rate)
+}
+
+/// What one burst of conversations in flight measured.
+struct Burst {
+    idle_mb: f64,
+    peak_mb: f64,
+    after_30s_mb: f64,
+    answered_s: f64,
 }
 
 /// `n` conversations sent at once against a model that streams each answer over 3 s: peak
 /// memory, time until all are answered, CPU per turn. With `http2`, the provider is set to
 /// `http2 = true` (the stand-in takes any number of concurrent streams).
-async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
+async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) -> Burst {
     let (llm, open_calls) = start_slow_llm(Duration::from_secs(3), n).await;
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -396,6 +501,12 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
     tokio::time::sleep(Duration::from_secs(13)).await;
     let after_15s = rss_mb(pid, "VmRSS");
     tokio::time::sleep(Duration::from_secs(15)).await;
+    let burst = Burst {
+        idle_mb,
+        peak_mb: peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        after_30s_mb: rss_mb(pid, "VmRSS"),
+        answered_s: elapsed.as_secs_f64(),
+    };
     println!(
         "{n} conversations over {} (answers held until all calls are open, then streamed over 3 s): \
          all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
@@ -404,15 +515,16 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) {
         if http2 { "HTTP/2" } else { "HTTP/1.1" },
         accepted.as_secs_f64(),
         open_calls.most.load(Ordering::SeqCst),
-        elapsed.as_secs_f64(),
-        peak.load(Ordering::Relaxed) as f64 / 1024.0,
-        (peak.load(Ordering::Relaxed) as f64 - idle_mb * 1024.0) / n as f64,
+        burst.answered_s,
+        burst.peak_mb,
+        (burst.peak_mb - idle_mb) * 1024.0 / n as f64,
         after_2s,
         after_15s,
-        rss_mb(pid, "VmRSS"),
+        burst.after_30s_mb,
         cpu * 1000.0 / n as f64
     );
     stop(child);
+    burst
 }
 
 /// Send `n` messages (ids `{prefix}{i}`) from `workers` concurrent senders, sender `w`
