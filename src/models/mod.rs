@@ -48,3 +48,28 @@ pub fn cached(model: &KnownModel) -> Option<PathBuf> {
     let path = cache_dir().join(model.file);
     path.is_file().then_some(path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::scratch_beside;
+    use std::path::Path;
+
+    #[test]
+    fn each_writer_gets_a_scratch_name_of_its_own_beside_the_target() {
+        let target = Path::new("/cache/models/m.gguf");
+        let (a, b) = (
+            scratch_beside(target, "part"),
+            scratch_beside(target, "part"),
+        );
+        assert_ne!(a, b, "two writers never share a scratch file");
+        for scratch in [&a, &b] {
+            assert_eq!(
+                scratch.parent(),
+                target.parent(),
+                "renamed within one folder"
+            );
+            let name = scratch.file_name().unwrap().to_string_lossy();
+            assert!(name.starts_with(".m.gguf.part-"), "{name}");
+        }
+    }
+}

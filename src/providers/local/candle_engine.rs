@@ -116,8 +116,7 @@ fn tokenizer(content: &gguf_file::Content) -> Result<Tokenizer, String> {
 
 pub(super) fn load(path: &Path, threads: usize) -> Result<Loaded, String> {
     let started = std::time::Instant::now();
-    let path = super::requantize::runnable(path)?;
-    let (content, mut file) = super::requantize::open(&path)?;
+    let (_, content, mut file) = super::requantize::open_runnable(path)?;
     let header_ms = started.elapsed().as_millis() as u64;
     let tokenizer = tokenizer(&content)?;
     let tokenizer_ms = started.elapsed().as_millis() as u64;

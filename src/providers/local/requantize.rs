@@ -49,13 +49,21 @@ pub(super) fn open(
     Ok((content, file))
 }
 
-/// The file to load for `original`: its 8-bit copy (made now when missing), or `original`
-/// itself when nothing in it is worth requantizing or the copy cannot be written.
-pub fn runnable(original: &Path) -> Result<PathBuf, String> {
+/// A file to load, opened: its path, its header, the reader left at the tensors.
+pub(super) type Opened = (
+    PathBuf,
+    gguf_file::Content,
+    std::io::BufReader<std::fs::File>,
+);
+
+/// The file to load for `original`, opened (its header checked once): its 8-bit copy (made
+/// now when missing or damaged), or `original` itself when nothing in it is worth
+/// requantizing or the copy cannot be written.
+pub fn open_runnable(original: &Path) -> Result<Opened, String> {
     let copy = copy_path(original);
     if copy.is_file() {
-        match super::gguf_check::whole(&copy) {
-            Ok(()) => return Ok(copy),
+        match open(&copy) {
+            Ok((content, file)) => return Ok((copy, content, file)),
             // Made again below (one torn by an older version, a damaged disk).
             Err(why) => {
                 tracing::warn!(error = %why, "the 8-bit copy of the local model is damaged; making it again");
@@ -65,17 +73,19 @@ pub fn runnable(original: &Path) -> Result<PathBuf, String> {
     }
     let (content, mut file) = open(original)?;
     if !content.tensor_infos.values().any(requantizes) {
-        return Ok(original.to_path_buf());
+        return Ok((original.to_path_buf(), content, file));
     }
     let started = std::time::Instant::now();
     match write_copy(&content, &mut file, &copy) {
         Ok(()) => {
             tracing::info!(file = %copy.display(), ms = started.elapsed().as_millis() as u64, "local model requantized to 8 bits (once)");
-            Ok(copy)
+            let (content, file) = open(&copy)?;
+            Ok((copy, content, file))
         }
         Err(e) => {
             tracing::warn!(error = %e, "the 8-bit copy of the local model could not be written; running the original (slower)");
-            Ok(original.to_path_buf())
+            let (content, file) = open(original)?;
+            Ok((original.to_path_buf(), content, file))
         }
     }
 }
@@ -128,7 +138,7 @@ fn write_copy(
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_path, open, runnable};
+    use super::{copy_path, open_runnable};
     use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
     use candle_core::{Device, Tensor};
     use std::path::Path;
@@ -163,10 +173,9 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     start.wait();
-                    let path = runnable(&original).unwrap();
-                    assert_eq!(path, copy_path(&original), "the 8-bit copy is run");
                     // Read at once, as a load does, while other first uses may still write.
-                    let (content, mut file) = open(&path).unwrap();
+                    let (path, content, mut file) = open_runnable(&original).unwrap();
+                    assert_eq!(path, copy_path(&original), "the 8-bit copy is run");
                     let info = &content.tensor_infos["blk.0.ffn_up.weight"];
                     assert_eq!(info.ggml_dtype, GgmlDType::Q8_0);
                     let matrix = content
@@ -180,7 +189,7 @@ mod tests {
         let copy = copy_path(&original);
         let whole_copy = std::fs::read(&copy).unwrap();
         std::fs::write(&copy, &whole_copy[..whole_copy.len() / 3]).unwrap();
-        assert_eq!(runnable(&original).unwrap(), copy);
+        assert_eq!(open_runnable(&original).unwrap().0, copy);
         assert_eq!(
             std::fs::read(&copy).unwrap(),
             whole_copy,
