@@ -178,17 +178,11 @@ fn extract(archive: &Path, member: &str, target: &Path) -> Result<(), FetchError
         path: archive.display().to_string(),
         reason: format!("{member}: {e}"),
     })?;
-    let partial = super::scratch_beside(target, "part");
-    let written = (|| {
-        let mut out = std::fs::File::create_new(&partial).map_err(io(&partial))?;
-        std::io::copy(&mut entry, &mut out).map_err(io(&partial))?;
-        out.sync_all().map_err(io(&partial))?;
-        std::fs::rename(&partial, target).map_err(io(target))
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    written
+    super::replace_file(target, "part", |out| {
+        std::io::copy(&mut entry, out)?;
+        out.sync_all()
+    })
+    .map_err(io(target))
 }
 
 /// An error with its causes ("error sending request: ...: invalid peer certificate").

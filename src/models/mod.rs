@@ -43,6 +43,25 @@ pub fn scratch_beside(target: &std::path::Path, what: &str) -> PathBuf {
     target.with_file_name(format!(".{name}.{what}-{}", uuid::Uuid::new_v4().simple()))
 }
 
+/// Write `target` through a scratch file of its own ([`scratch_beside`]), renamed over it
+/// once `write` has filled it: a reader sees the old file or the whole new one, never half,
+/// even while another writer makes the same file. The scratch file is removed if anything
+/// fails.
+pub fn replace_file(
+    target: &std::path::Path,
+    what: &str,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let scratch = scratch_beside(target, what);
+    let written = std::fs::File::create_new(&scratch)
+        .and_then(|mut file| write(&mut file))
+        .and_then(|()| std::fs::rename(&scratch, target));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&scratch);
+    }
+    written
+}
+
 /// The cached file of a known model, if it is there.
 pub fn cached(model: &KnownModel) -> Option<PathBuf> {
     let path = cache_dir().join(model.file);

@@ -120,20 +120,13 @@ fn write_copy(
     // even while another process makes the same copy (a shared scratch name let one
     // writer's rename publish a file the other was still rewriting; its reader died
     // allocating a string length read from the half-written header).
-    let partial = crate::models::scratch_beside(copy, "partial");
-    let written = (|| {
-        let mut out = std::io::BufWriter::new(
-            std::fs::File::create_new(&partial).map_err(|e| e.to_string())?,
-        );
-        gguf_file::write(&mut out, &metadata, &tensors).map_err(failed)?;
-        use std::io::Write;
-        out.flush().map_err(|e| e.to_string())?;
-        std::fs::rename(&partial, copy).map_err(|e| e.to_string())
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    written
+    crate::models::replace_file(copy, "partial", |file| {
+        let mut out = std::io::BufWriter::new(file);
+        gguf_file::write(&mut out, &metadata, &tensors)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        std::io::Write::flush(&mut out)
+    })
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
