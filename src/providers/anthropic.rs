@@ -136,7 +136,7 @@ impl ModelProvider for AnthropicProvider {
             .json(&WithTools::new(
                 Self::body(model, request),
                 &request.tools,
-                || AnthropicTools(&request.tools),
+                AnthropicTools,
             ));
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key.expose_secret());

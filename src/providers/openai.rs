@@ -82,9 +82,7 @@ impl ModelProvider for OpenAiProvider {
         // connection.
         let lease = (self.http)();
         // The tools are written from their shared schemas, not copied into the body.
-        let body = WithTools::new(Self::body(model, request), &request.tools, || {
-            OpenAiTools(&request.tools)
-        });
+        let body = WithTools::new(Self::body(model, request), &request.tools, OpenAiTools);
         let mut builder = lease.post(&self.endpoint).json(&body);
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());

@@ -21,11 +21,12 @@ pub(super) struct WithTools<T: Serialize> {
 }
 
 impl<T: Serialize> WithTools<T> {
-    /// `fields` with `tools` after them, or alone when no tool is offered.
-    pub fn new(fields: Value, specs: &[ToolSpec], tools: impl FnOnce() -> T) -> Self {
+    /// `fields`, then `specs` in a provider's `shape` (`OpenAiTools`, `AnthropicTools`), or
+    /// `fields` alone when no tool is offered.
+    pub fn new<'a>(fields: Value, specs: &'a [ToolSpec], shape: fn(&'a [ToolSpec]) -> T) -> Self {
         WithTools {
             fields,
-            tools: (!specs.is_empty()).then(tools),
+            tools: (!specs.is_empty()).then(|| shape(specs)),
         }
     }
 }
@@ -108,9 +109,7 @@ mod tests {
     #[test]
     fn the_tools_follow_the_fields_in_each_providers_shape() {
         let specs = [spec("a"), spec("b")];
-        let body = WithTools::new(json!({"model": "m", "stream": true}), &specs, || {
-            OpenAiTools(&specs)
-        });
+        let body = WithTools::new(json!({"model": "m", "stream": true}), &specs, OpenAiTools);
         assert_eq!(
             serde_json::to_value(&body).unwrap(),
             json!({"model": "m", "stream": true, "tools": [
@@ -120,7 +119,7 @@ mod tests {
                     "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}},
             ]})
         );
-        let body = WithTools::new(json!({"model": "m"}), &specs, || AnthropicTools(&specs));
+        let body = WithTools::new(json!({"model": "m"}), &specs, AnthropicTools);
         assert_eq!(
             serde_json::to_value(&body).unwrap(),
             json!({"model": "m", "tools": [
@@ -135,7 +134,7 @@ mod tests {
 
     #[test]
     fn no_tools_offered_no_tools_key() {
-        let body = WithTools::new(json!({"model": "m"}), &[], || OpenAiTools(&[]));
+        let body = WithTools::new(json!({"model": "m"}), &[], OpenAiTools);
         assert_eq!(serde_json::to_string(&body).unwrap(), r#"{"model":"m"}"#);
     }
 }
