@@ -69,7 +69,7 @@ impl Walk {
         }
         let mut extents = Vec::new();
         for _ in 0..tensors {
-            self.string()?;
+            self.skip_string()?;
             let dims = self.u32()?;
             if dims > MAX_DIMS {
                 return Err(format!("a tensor of {dims} dimensions"));
@@ -109,7 +109,7 @@ impl Walk {
     /// Skip one value of type `kind`.
     fn value(&mut self, kind: u32, depth: usize) -> Result<(), String> {
         match kind {
-            8 => self.string().map(drop),
+            8 => self.skip_string(),
             9 => {
                 if depth >= MAX_NESTING {
                     return Err("arrays nested too deep".into());
@@ -139,6 +139,13 @@ impl Walk {
         self.reader.read_exact(&mut text).map_err(truncated)?;
         self.at += length;
         Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// Past a string (its length checked first), unread: the vocabulary's tens of thousands
+    /// of strings are only measured.
+    fn skip_string(&mut self) -> Result<(), String> {
+        let length = self.count()?;
+        self.skip(length)
     }
 
     /// A length or count: 32-bit in version 1, 64-bit after.
