@@ -188,7 +188,6 @@ impl App {
         access: Vec<(String, AccessRule)>,
     ) -> anyhow::Result<App> {
         let config = Arc::new(loaded.config.clone());
-        crate::metrics::install();
         let chain = Arc::new(build_chain(loaded)?);
         // Everything a channel sends passes the leak scan (every `*_env` value).
         let redactor = Arc::new(crate::redact::Redactor::new(&loaded.secrets.by_variable));

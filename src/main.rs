@@ -27,10 +27,6 @@ fn main() -> ExitCode {
         let code = ferroclaw::media::pdf::run_child(memory_bytes, cpu_secs, max_text_bytes);
         return ExitCode::from(code as u8);
     }
-    if matches!(cli.command, Command::Serve(_) | Command::Chat { .. }) {
-        // Its clock's calibration overlaps loading the configuration and the database.
-        ferroclaw::metrics::prepare();
-    }
     // In `chat` the terminal is the conversation's: only warnings and errors are logged
     // there unless FERROCLAW_LOG asks for more.
     let quiet = matches!(cli.command, Command::Chat { .. });

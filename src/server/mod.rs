@@ -56,7 +56,6 @@ async fn metrics(State(health): State<Health>, headers: axum::http::HeaderMap) -
             return (StatusCode::UNAUTHORIZED, body).into_response();
         }
     }
-    let handle = crate::metrics::install();
     health.states.export_metrics();
     match health.store.outbox_backlog_counts().await {
         Ok(counts) => {
@@ -74,9 +73,9 @@ async fn metrics(State(health): State<Health>, headers: axum::http::HeaderMap) -
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::CONTENT_TYPE,
         )],
-        handle.render(),
+        crate::metrics::render(),
     )
         .into_response()
 }
