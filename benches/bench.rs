@@ -98,6 +98,23 @@ async fn main() {
         );
     }
 
+    // `--startup-only`: ready and idle RSS only (an A/B of a start-up change, two builds
+    // given by FERROCLAW_BENCH_BIN in turn).
+    if flag("--startup-only") {
+        for _ in 0..runs {
+            let dir = tempfile::tempdir().unwrap();
+            let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
+            wait_ready(&base).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let idle = rss_mb(child.id(), "VmRSS");
+            println!("idle RSS: {idle:.1} MB");
+            figures.add("idle RSS", "MB", "<= 6", idle);
+            stop(child);
+        }
+        figures.print();
+        return;
+    }
+
     // 2. Idle memory, load, memory after load. `--budgets`: with prices and caps set, so
     // every model call also reserves and settles (cost control's price per turn).
     let cost_tables = if flag("--budgets") {
