@@ -483,6 +483,14 @@ async fn a_sent_file_swapped_for_a_symlink_leaks_nothing() {
         assert_eq!(text, "harmless\n", "the file as it was sent");
         assert!(!text.contains("hook-secret") && !text.contains("HOST-ONLY-MARKER"));
     }
+    // A stop removes the session's container (a killed service would leave it running).
+    service.terminate().await;
+    assert!(
+        containers(&format!(
+            "ferroclaw.owner=agent:main:webhook:main:{conversation}"
+        ))
+        .is_empty()
+    );
 }
 
 /// Issue #33.2: a sandboxed command replaces `inbox` with a link to a host folder, or plants
@@ -492,7 +500,7 @@ async fn uploads_are_never_written_through_planted_symlinks() {
     require_docker();
     use base64::Engine as _;
     let llm = LlmStandIn::start(crate::common::llm::calls_from_the_message()).await;
-    let (work, _service, hook) = sandboxed_webhook_service(&llm).await;
+    let (work, service, hook) = sandboxed_webhook_service(&llm).await;
     let victim = work.path().join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     let conversation = format!("plant-{}", std::process::id());
@@ -550,6 +558,7 @@ async fn uploads_are_never_written_through_planted_symlinks() {
         0,
         "nothing written outside"
     );
+    service.terminate().await;
 }
 
 /// #33.9: `sessions_spawn {sandbox: true}` gives the child only the exec and file tools the
