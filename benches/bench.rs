@@ -103,12 +103,8 @@ async fn main() {
     if flag("--startup-only") {
         for _ in 0..runs {
             let dir = tempfile::tempdir().unwrap();
-            let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, "").await;
-            wait_ready(&base).await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let idle = rss_mb(child.id(), "VmRSS");
-            println!("idle RSS: {idle:.1} MB");
-            figures.add("idle RSS", "MB", "<= 6", idle);
+            let (child, _) =
+                spawn_idle(&bin, dir.path(), &llm, &receiver.url, "", &mut figures).await;
             stop(child);
         }
         figures.print();
@@ -136,12 +132,15 @@ async fn main() {
     let mut kept = None;
     for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
-        let (child, base) = spawn(&bin, dir.path(), &llm, &receiver.url, cost_tables).await;
-        wait_ready(&base).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let idle = rss_mb(child.id(), "VmRSS");
-        println!("idle RSS: {idle:.1} MB");
-        figures.add("idle RSS", "MB", "<= 6", idle);
+        let (child, base) = spawn_idle(
+            &bin,
+            dir.path(),
+            &llm,
+            &receiver.url,
+            cost_tables,
+            &mut figures,
+        )
+        .await;
 
         let cpu_before = cpu_secs(child.id());
         let started = Instant::now();
@@ -943,6 +942,24 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// [`spawn`], ready, settled for a second: its idle RSS is printed and recorded.
+async fn spawn_idle(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    llm: &str,
+    callback: &str,
+    extra: &str,
+    figures: &mut figures::Figures,
+) -> (Child, String) {
+    let (child, base) = spawn(bin, dir, llm, callback, extra).await;
+    wait_ready(&base).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = rss_mb(child.id(), "VmRSS");
+    println!("idle RSS: {idle:.1} MB");
+    figures.add("idle RSS", "MB", "<= 6", idle);
+    (child, base)
 }
 
 fn stop(mut child: Child) {
