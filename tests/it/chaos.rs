@@ -12,7 +12,7 @@
 use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
 use crate::common::pg::fresh_database;
 use crate::common::receiver::Receiver;
-use crate::common::service::{Service, Workdir, config_with_llm};
+use crate::common::service::{LogHandle, Service, Workdir, config_with_llm};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,6 +113,17 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     for work in &works[..processes - 1] {
         stable.push(Service::start(work, &env).await);
     }
+    // Every process's log (killed ones too), printed when a check below fails.
+    let mut logs: Vec<(String, LogHandle)> = stable
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("stable process {i}"), s.log_handle()))
+        .chain(
+            victim
+                .iter()
+                .map(|s| ("victim 0".to_string(), s.log_handle())),
+        )
+        .collect();
     let bases = Arc::new(Mutex::new(
         stable
             .iter()
@@ -158,6 +169,7 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let service = Service::start(victim_work, &env).await;
+        logs.push((format!("victim {kills}"), service.log_handle()));
         let mut live = stable_bases.clone();
         live.push(service.base.clone());
         *bases.lock().unwrap() = live;
@@ -253,6 +265,18 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         llm.count(),
         receiver.attempts(),
     );
+    let all_well = lost == 0
+        && duplicates == 0
+        && announcements.len() == conversations
+        && announcements.values().all(|ids| ids.len() == 1)
+        && outcomes.len() == conversations
+        && outcomes.values().all(|ids| ids.len() == 1)
+        && out_of_order.is_empty();
+    if !all_well {
+        for (name, log) in &logs {
+            eprintln!("----- log of {name} -----\n{}", log.text());
+        }
+    }
     assert_eq!(
         lost,
         0,

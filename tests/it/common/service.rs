@@ -157,7 +157,12 @@ impl Service {
         self.logs.lock().unwrap().clone()
     }
 
-    /// SIGKILL: no shutdown code runs.
+    /// The service's log as it grows, readable after the service is gone (a killed process's
+    /// last lines arrive after `kill` returns).
+    pub fn log_handle(&self) -> LogHandle {
+        LogHandle(self.logs.clone())
+    }
+
     /// The service's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -174,6 +179,7 @@ impl Service {
         kb * 1024
     }
 
+    /// SIGKILL: no shutdown code runs.
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -194,6 +200,16 @@ impl Service {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// A service's captured log (see [`Service::log_handle`]).
+#[derive(Clone)]
+pub struct LogHandle(Arc<Mutex<String>>);
+
+impl LogHandle {
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
     }
 }
 
