@@ -51,7 +51,9 @@ pub(super) async fn prepare(
         return Ok(history);
     }
     tracing::info!(tokens, entries = window.len(), "compacting session history");
-    compact(engine, session, &window, KEEP_RECENT, sender).await
+    // Boxed (here and in `force`): compacting is rare, and unboxed its future would size
+    // every turn's, held by each turn in flight (about 5 KB of a 6 KB model turn).
+    Box::pin(compact(engine, session, &window, KEEP_RECENT, sender)).await
 }
 
 /// Compact as far as possible (after the provider said the context is too long).
@@ -61,7 +63,7 @@ pub(super) async fn force(
     sender: Option<&str>,
 ) -> Result<Vec<ChatMessage>, TurnError> {
     let window = load_window(engine, session).await?;
-    compact(engine, session, &window, 0, sender).await
+    Box::pin(compact(engine, session, &window, 0, sender)).await
 }
 
 fn budget(engine: &Engine) -> usize {

@@ -331,6 +331,29 @@ impl Engine {
         stop: &CancellationToken,
         spawner: Option<&Arc<dyn Spawner>>,
     ) -> Result<TurnOutput, TurnError> {
+        let output = self.answer(input, session, text, stop, spawner).await;
+        // Whatever the gate kept for this message's own turn may go (a later attempt is a
+        // redo, counted as such).
+        self.gate.turn_ended(&crate::policy::CallScope {
+            session_key: &session.key,
+            agent: &self.agents().of_session(&session.key).id,
+            sender: input.sender,
+            route: input.route,
+            origin_message: Some(input.message_id),
+            origin_fresh: false,
+        });
+        output
+    }
+
+    /// [`Engine::run_turn`]'s work: the command, the plan or the tool loop.
+    async fn answer(
+        &self,
+        input: &TurnInput<'_>,
+        session: &mut SessionRow,
+        text: &str,
+        stop: &CancellationToken,
+        spawner: Option<&Arc<dyn Spawner>>,
+    ) -> Result<TurnOutput, TurnError> {
         let route = input.route;
         let tracker = Arc::new(PlanTracker::load(
             self.store.clone(),
@@ -408,6 +431,9 @@ impl Engine {
                     TurnOutput::default(),
                     &persona,
                 );
+                // Pinned here, so the turn is held once (an async fn's by-value argument is
+                // kept beside the copy it awaits: 6 KB more for every turn in flight).
+                tokio::pin!(turn);
                 self.with_typing(route, turn).await?
             }
         })
@@ -447,6 +473,7 @@ impl Engine {
             TurnOutput::default(),
             persona,
         );
+        tokio::pin!(turn);
         self.with_typing(input.route, turn).await
     }
 
@@ -571,10 +598,12 @@ impl Engine {
     }
 
     /// Run `work` while the channel shows a typing indicator, refreshed every 4 seconds.
+    /// `work` is pinned by the caller (`Pin<&mut _>` or `Pin<Box<_>>`): a turn moved in by
+    /// value would be stored twice in this future.
     async fn with_typing<T>(
         &self,
         route: &ChatRoute,
-        work: impl std::future::Future<Output = T>,
+        work: impl std::future::Future<Output = T> + Unpin,
     ) -> T {
         if !self.feedback.live(route) {
             return work.await;

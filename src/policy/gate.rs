@@ -189,6 +189,9 @@ pub trait Gate: Send + Sync {
     async fn before_turn(&self, _scope: &CallScope<'_>) -> Verdict {
         Verdict::Allow
     }
+    /// The turn answering a person's message ended (answered, refused or failed): what a
+    /// gate keeps for that turn alone may go. Not async: hand work on.
+    fn turn_ended(&self, _scope: &CallScope<'_>) {}
 }
 
 /// The gate that allows everything (no policy configured).
@@ -256,5 +259,10 @@ impl Gate for Gates {
     }
     async fn before_turn(&self, scope: &CallScope<'_>) -> Verdict {
         self.first_refusal(|gate| gate.before_turn(scope)).await
+    }
+    fn turn_ended(&self, scope: &CallScope<'_>) {
+        for gate in &self.0 {
+            gate.turn_ended(scope);
+        }
     }
 }

@@ -224,6 +224,11 @@ impl Gate for CostGate {
         self.reserve(call).await
     }
 
+    fn turn_ended(&self, scope: &CallScope<'_>) {
+        self.reach
+            .turn_ended(scope, self.config.limits.max_model_calls_per_message);
+    }
+
     fn abandoned_model(&self, call_id: u64) {
         let held = self.held.lock().expect("held lock").remove(&call_id);
         if let Some((holds, amount)) = held {

@@ -114,6 +114,33 @@ impl Reach {
         Ok(Counted::Within)
     }
 
+    /// The turn answering the message behind `scope` ended: its first-turn allowance is
+    /// spent or no longer wanted (later work on the message is counted in the store), so
+    /// its entry goes unless it holds calls taken from the store and not used yet (its
+    /// tree's children may still use them). Without this, every message of the last hour
+    /// stayed here: after a burst of 10,000 messages their keys, one small allocation each
+    /// scattered over the burst's heap, kept about 60 MB of freed pages from going back.
+    pub fn turn_ended(&self, scope: &CallScope<'_>, limit: u32) {
+        let Some(origin) = origin_key(scope, limit) else {
+            return;
+        };
+        let mut map = self.by_message.lock().expect("reach lock");
+        if map.get(&origin).is_some_and(|counts| counts.taken == 0) {
+            map.remove(&origin);
+            // A table grown by a burst is not kept at its size once the burst is over.
+            if map.capacity() > REMEMBERED && map.len() * 8 < map.capacity() {
+                let keep = map.len() * 2;
+                map.shrink_to(keep);
+            }
+        }
+    }
+
+    /// Messages remembered now (for tests).
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        self.by_message.lock().expect("reach lock").len()
+    }
+
     async fn take(
         &self,
         origin: &str,
@@ -148,4 +175,71 @@ fn origin_key(scope: &CallScope<'_>, limit: u32) -> Option<String> {
         route.chat_id,
         route.thread_id.as_deref().unwrap_or_default()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SqliteStore;
+    use ferroclaw_channel_core::{ChatKind, ChatRoute};
+
+    fn scope<'a>(route: &'a ChatRoute, message: &'a str, fresh: bool) -> CallScope<'a> {
+        CallScope {
+            session_key: "s",
+            agent: "main",
+            sender: Some("u"),
+            route,
+            origin_message: Some(message),
+            origin_fresh: fresh,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_is_forgotten_when_its_turn_ends_unless_it_holds_store_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("r.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        crate::storage::Store::migrate(&store).await.unwrap();
+        let reach = Reach::new(std::sync::Arc::new(store), 20);
+        let route = ChatRoute {
+            channel: "main".into(),
+            kind: ChatKind::Direct,
+            chat_id: "c".into(),
+            thread_id: None,
+        };
+        // A first turn's calls are counted here only; its end forgets the message.
+        for _ in 0..3 {
+            assert!(matches!(
+                reach.call(&scope(&route, "m1", true), 20).await.unwrap(),
+                Counted::Within
+            ));
+        }
+        assert_eq!(reach.remembered(), 1);
+        reach.turn_ended(&scope(&route, "m1", true), 20);
+        assert_eq!(reach.remembered(), 0);
+        // Work after the turn (a child's call) takes a block from the store: kept while
+        // its unused calls are held, so they are not taken again.
+        assert!(matches!(
+            reach.call(&scope(&route, "m1", false), 20).await.unwrap(),
+            Counted::Within
+        ));
+        reach.turn_ended(&scope(&route, "m1", false), 20);
+        assert_eq!(reach.remembered(), 1);
+        // The limit still holds across the forgetting: the store charged the first turn's
+        // allowance (8) of the 20 allowed and granted the rest (12) as the block, so after
+        // that call 11 more pass and the next is refused.
+        let mut within = 0;
+        while let Counted::Within = reach.call(&scope(&route, "m1", false), 20).await.unwrap() {
+            within += 1;
+            assert!(within < 100, "the limit never refused");
+        }
+        assert_eq!(within, 11, "1 + 11 calls after the first turn");
+        // No limit: nothing is remembered at all.
+        reach.turn_ended(&scope(&route, "m2", true), 0);
+        assert!(matches!(
+            reach.call(&scope(&route, "m2", true), 0).await.unwrap(),
+            Counted::Within
+        ));
+        assert_eq!(reach.remembered(), 1);
+    }
 }
