@@ -6,9 +6,6 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
 
-/// How long a reader connection may stay idle before it is closed.
-const READER_IDLE_LIMIT: Duration = Duration::from_secs(10);
-
 pub struct SqliteStore {
     pub(super) write: SqliteConns,
     pub(super) read: SqliteConns,
@@ -36,14 +33,10 @@ impl SqliteStore {
                 .open(file);
         }
         // One writer, opened now (a database that cannot be opened fails the start), and up
-        // to four readers opened on first use and closed when idle (opening one at start cost start-up time for a
+        // to four readers opened on first use (opening one at start cost start-up time for a
         // connection the writer already proved). Not sqlx's pool: `sqlite_conns.rs`.
         let write = SqliteConns::new(options.clone(), 1, true).await?;
-        // Readers idle for 10 s are closed: after a burst, their page caches and prepared
-        // statements would otherwise stay resident for good.
-        let read = SqliteConns::new(options, 4, false)
-            .await?
-            .close_idle_after(READER_IDLE_LIMIT);
+        let read = SqliteConns::new(options, 4, false).await?;
         Ok(SqliteStore { write, read })
     }
 }

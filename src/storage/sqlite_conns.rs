@@ -22,7 +22,6 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Database, Describe, Either, Execute, Executor, Sqlite};
 use sqlx::{Error, TransactionManager};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 type Manager = <Sqlite as Database>::TransactionManager;
@@ -31,42 +30,12 @@ type Manager = <Sqlite as Database>::TransactionManager;
 #[derive(Clone)]
 pub struct SqliteConns {
     inner: Arc<Inner>,
-    /// Closes connections left idle (see [`SqliteConns::close_idle_after`]); ends with the
-    /// last clone.
-    _closer: Option<Arc<AbortOnDrop>>,
 }
 
 struct Inner {
     options: SqliteConnectOptions,
-    /// Most recently returned last, each with when it came back.
-    idle: Mutex<Vec<(SqliteConnection, Instant)>>,
+    idle: Mutex<Vec<SqliteConnection>>,
     permits: Arc<Semaphore>,
-}
-
-impl Inner {
-    /// Close the connections idle for `limit` or longer.
-    fn close_idle(&self, limit: Duration) {
-        let stale: Vec<(SqliteConnection, Instant)> = {
-            let mut idle = self.idle.lock().expect("idle list");
-            // Oldest first: those back longest lead the list.
-            let old = idle
-                .iter()
-                .take_while(|(_, since)| since.elapsed() >= limit)
-                .count();
-            idle.drain(..old).collect()
-        };
-        // Dropped outside the lock: each closes on its own worker thread.
-        drop(stale);
-    }
-}
-
-/// Ends a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl SqliteConns {
@@ -78,7 +47,7 @@ impl SqliteConns {
     ) -> Result<Self, Error> {
         let mut idle = Vec::with_capacity(max);
         if open_now {
-            idle.push((options.connect().await?, Instant::now()));
+            idle.push(options.connect().await?);
         }
         Ok(SqliteConns {
             inner: Arc::new(Inner {
@@ -86,24 +55,7 @@ impl SqliteConns {
                 idle: Mutex::new(idle),
                 permits: Arc::new(Semaphore::new(max)),
             }),
-            _closer: None,
         })
-    }
-
-    /// Close connections that stay idle longer than `limit` (looked at every half of it):
-    /// their page caches, prepared statements and worker threads go back to the system
-    /// after a burst (opened again on demand, a millisecond or so). Needs a runtime.
-    pub fn close_idle_after(mut self, limit: Duration) -> Self {
-        let inner = Arc::downgrade(&self.inner);
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(limit / 2).await;
-                let Some(inner) = inner.upgrade() else { return };
-                inner.close_idle(limit);
-            }
-        });
-        self._closer = Some(Arc::new(AbortOnDrop(task.abort_handle())));
-        self
     }
 
     /// A connection of its own until the lease is dropped.
@@ -115,13 +67,7 @@ impl SqliteConns {
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        let idle = self
-            .inner
-            .idle
-            .lock()
-            .expect("idle list")
-            .pop()
-            .map(|(conn, _)| conn);
+        let idle = self.inner.idle.lock().expect("idle list").pop();
         let conn = match idle {
             // A write that failed mid-transaction (disk full, I/O error) can leave the
             // connection believing it is still inside one (SQLite rolled back on its own,
@@ -243,11 +189,7 @@ impl Drop for Lease {
         if let Some(conn) = self.conn.take()
             && !self.close
         {
-            self.inner
-                .idle
-                .lock()
-                .expect("idle list")
-                .push((conn, Instant::now()));
+            self.inner.idle.lock().expect("idle list").push(conn);
         }
         // A connection dropped here closes on its worker thread (SQLite rolls back what it
         // had open); the permit goes back after it.
@@ -469,35 +411,5 @@ mod tests {
         let c = conns.acquire().await.unwrap();
         drop((b, c));
         assert_eq!(conns.inner.idle.lock().unwrap().len(), 2, "both went back");
-    }
-
-    #[tokio::test]
-    async fn connections_idle_past_the_limit_are_closed_and_opened_again_on_demand() {
-        let (_dir, conns) = conns(2).await;
-        let idle = |conns: &super::SqliteConns| conns.inner.idle.lock().unwrap().len();
-        let (a, b) = (
-            conns.acquire().await.unwrap(),
-            conns.acquire().await.unwrap(),
-        );
-        drop((a, b));
-        assert_eq!(idle(&conns), 2);
-        conns.inner.close_idle(std::time::Duration::from_secs(3600));
-        assert_eq!(idle(&conns), 2, "none idle an hour yet");
-        conns.inner.close_idle(std::time::Duration::ZERO);
-        assert_eq!(idle(&conns), 0);
-        // Opened again when wanted, and the data is all there.
-        assert_eq!(count(&conns).await, 0);
-        assert_eq!(idle(&conns), 1);
-        // The background closer does the same on its own.
-        let conns = conns.close_idle_after(std::time::Duration::from_millis(20));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while idle(&conns) > 0 {
-            assert!(std::time::Instant::now() < deadline, "never closed");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        // It holds no strong handle: the connections go with the last clone.
-        let weak = std::sync::Arc::downgrade(&conns.inner);
-        drop(conns);
-        assert!(weak.upgrade().is_none());
     }
 }
