@@ -334,15 +334,25 @@ impl Engine {
         let output = self.answer(input, session, text, stop, spawner).await;
         // Whatever the gate kept for this message's own turn may go (a later attempt is a
         // redo, counted as such).
-        self.gate.turn_ended(&crate::policy::CallScope {
-            session_key: &session.key,
-            agent: &self.agents().of_session(&session.key).id,
+        self.gate
+            .turn_ended(&self.message_scope(input, &session.key));
+        output
+    }
+
+    /// The person's message a turn answers, as the gate sees it before and after the turn.
+    fn message_scope<'a>(
+        &'a self,
+        input: &TurnInput<'a>,
+        session_key: &'a str,
+    ) -> crate::policy::CallScope<'a> {
+        crate::policy::CallScope {
+            session_key,
+            agent: &self.agents().of_session(session_key).id,
             sender: input.sender,
             route: input.route,
             origin_message: Some(input.message_id),
             origin_fresh: false,
-        });
-        output
+        }
     }
 
     /// [`Engine::run_turn`]'s work: the command, the plan or the tool loop.
@@ -373,19 +383,15 @@ impl Engine {
             Some(_) => false,
         };
         // A subagent's report works for the person but is not a message of theirs.
-        if for_model && input.job.is_none() && input.reports_run.is_none() && input.sender.is_some()
+        if for_model
+            && input.job.is_none()
+            && input.reports_run.is_none()
+            && input.sender.is_some()
+            && let Err(why) = self
+                .admit_turn(self.message_scope(input, &session.key))
+                .await
         {
-            let scope = crate::policy::CallScope {
-                session_key: &session.key,
-                agent: &self.agents().of_session(&session.key).id,
-                sender: input.sender,
-                route,
-                origin_message: Some(input.message_id),
-                origin_fresh: false,
-            };
-            if let Err(why) = self.admit_turn(scope).await {
-                return Ok(TurnOutput::reply(OutboundKind::Error, why));
-            }
+            return Ok(TurnOutput::reply(OutboundKind::Error, why));
         }
         Ok(match command {
             // The limit holds for `/plan <task>` as for any text the model would read.
