@@ -113,17 +113,19 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     for work in &works[..processes - 1] {
         stable.push(Service::start(work, &env).await);
     }
-    // Every process's log (killed ones too), printed when a check below fails.
-    let mut logs: Vec<(String, LogHandle)> = stable
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("stable process {i}"), s.log_handle()))
-        .chain(
-            victim
-                .iter()
-                .map(|s| ("victim 0".to_string(), s.log_handle())),
-        )
-        .collect();
+    // Every process's log (killed ones too), printed if a check below fails.
+    let mut logs = LogsOnFailure(
+        stable
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("stable process {i}"), s.log_handle()))
+            .chain(
+                victim
+                    .iter()
+                    .map(|s| ("victim 0".to_string(), s.log_handle())),
+            )
+            .collect(),
+    );
     let bases = Arc::new(Mutex::new(
         stable
             .iter()
@@ -169,7 +171,8 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let service = Service::start(victim_work, &env).await;
-        logs.push((format!("victim {kills}"), service.log_handle()));
+        logs.0
+            .push((format!("victim {kills}"), service.log_handle()));
         let mut live = stable_bases.clone();
         live.push(service.base.clone());
         *bases.lock().unwrap() = live;
@@ -265,18 +268,6 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
         llm.count(),
         receiver.attempts(),
     );
-    let all_well = lost == 0
-        && duplicates == 0
-        && announcements.len() == conversations
-        && announcements.values().all(|ids| ids.len() == 1)
-        && outcomes.len() == conversations
-        && outcomes.values().all(|ids| ids.len() == 1)
-        && out_of_order.is_empty();
-    if !all_well {
-        for (name, log) in &logs {
-            eprintln!("----- log of {name} -----\n{}", log.text());
-        }
-    }
     assert_eq!(
         lost,
         0,
@@ -313,6 +304,19 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     drop(stable);
     drop(victim);
     Report { sent, kills }
+}
+
+/// Named processes' logs, printed when the test fails (dropped while panicking).
+struct LogsOnFailure(Vec<(String, LogHandle)>);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (name, log) in &self.0 {
+                eprintln!("----- log of {name} -----\n{}", log.text());
+            }
+        }
+    }
 }
 
 /// The kinds of bot message that answer a message (one per message answered).
