@@ -22,6 +22,10 @@ use tokio::sync::Notify;
 
 mod figures;
 mod memory_search;
+/// TLS in front of the slow stand-in (shared with the integration tests).
+#[path = "../tests/it/common/tls.rs"]
+#[allow(dead_code)] // `Offers::Http1Only` is for the tests
+mod tls;
 
 const SECRET: &str = "bench-secret";
 
@@ -55,7 +59,14 @@ async fn main() {
     }
     // `--inflight-only N`: only the load that grows (section 4), for quick iterations.
     if let Some(n) = arg("--inflight-only") {
-        in_flight(&bin, n, flag("--http2")).await;
+        let link = if flag("--http1") {
+            Link::Http1
+        } else if flag("--h2c") {
+            Link::H2c
+        } else {
+            Link::Https
+        };
+        in_flight(&bin, n, link).await;
         return;
     }
     let llm = start_llm().await;
@@ -254,32 +265,34 @@ async fn main() {
     );
 
     // 4. Load that grows: many conversations in flight at once, each answer streamed over
-    // 3 s by the model.
-    // Over HTTP/1.1 (the default: a connection per call) in every run, once with the
-    // provider's `http2 = true` (every call a stream on a shared connection).
+    // 3 s by the model. On the default transport against an https provider offering
+    // HTTP/2 and HTTP/1.1 by ALPN (as the hosted ones do) in every run; once against a
+    // plain-http provider (HTTP/1.1: a connection per call) and once with `http2 = true`
+    // over plain http (h2c).
     let n = arg("--inflight").unwrap_or(10_000);
     for run in 0..runs {
-        let burst = in_flight(&bin, n, false).await;
+        let burst = in_flight(&bin, n, Link::Https).await;
         figures.add(
-            "in flight over HTTP/1.1: peak RSS",
+            "in flight, default transport (https, h2 offered): peak RSS",
             "MB",
             "<= 200",
             burst.peak_mb,
         );
         figures.add(
-            "in flight over HTTP/1.1: RSS 30 s after, over idle",
+            "in flight, default transport: RSS 30 s after, over idle",
             "x",
             "<= 2",
             burst.after_30s_mb / burst.idle_mb,
         );
         figures.add(
-            "in flight over HTTP/1.1: all answered in",
+            "in flight, default transport: all answered in",
             "s",
             "",
             burst.answered_s,
         );
         if run == 0 {
-            in_flight(&bin, n, true).await;
+            in_flight(&bin, n, Link::Http1).await;
+            in_flight(&bin, n, Link::H2c).await;
         }
     }
 
@@ -463,23 +476,50 @@ struct Burst {
     answered_s: f64,
 }
 
+/// How the service reaches the slow stand-in.
+#[derive(Clone, Copy, PartialEq)]
+enum Link {
+    /// `https`, offering HTTP/2 and HTTP/1.1 by ALPN, `http2` unset: the default transport
+    /// against a hosted provider.
+    Https,
+    /// Plain `http`, `http2` unset: HTTP/1.1, a connection per call.
+    Http1,
+    /// Plain `http` with `http2 = true`: HTTP/2 taken directly (h2c).
+    H2c,
+}
+
+impl Link {
+    fn name(self) -> &'static str {
+        match self {
+            Link::Https => "https (h2 offered by ALPN, the default transport)",
+            Link::Http1 => "plain HTTP/1.1",
+            Link::H2c => "h2c (`http2 = true`)",
+        }
+    }
+}
+
 /// `n` conversations sent at once against a model that streams each answer over 3 s: peak
-/// memory, time until all are answered, CPU per turn. With `http2`, the provider is set to
-/// `http2 = true` (the stand-in takes any number of concurrent streams).
-async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) -> Burst {
-    let (llm, open_calls) = start_slow_llm(Duration::from_secs(3), n).await;
+/// memory, time until all are answered, CPU per turn.
+async fn in_flight(bin: &std::path::Path, n: usize, link: Link) -> Burst {
+    let (llm, open_calls, tls) = start_slow_llm(Duration::from_secs(3), n, link).await;
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
+    let authority = tls.as_ref().map(|t| t.authority_pem.to_str().unwrap());
     // Every turn's model call in flight at once (no cap on concurrent requests).
-    let (child, base) = spawn(
+    let (child, base) = spawn_with_env(
         bin,
         dir.path(),
         &llm,
         &receiver.url,
         &format!(
             "{}[fallback]\nmax_concurrent_requests = 0\n",
-            if http2 { "http2 = true\n" } else { "" }
+            if link == Link::H2c {
+                "http2 = true\n"
+            } else {
+                ""
+            }
         ),
+        authority.map(|pem| ("SSL_CERT_FILE", pem)).as_slice(),
     )
     .await;
     wait_ready(&base).await;
@@ -529,7 +569,7 @@ async fn in_flight(bin: &std::path::Path, n: usize, http2: bool) -> Burst {
          all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
          peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.0} MB, 15 s after {:.0} MB \
          and 30 s after {:.0} MB (idle {idle_mb:.1} MB), service CPU per turn {:.3} ms",
-        if http2 { "HTTP/2" } else { "HTTP/1.1" },
+        link.name(),
         accepted.as_secs_f64(),
         open_calls.most.load(Ordering::SeqCst),
         burst.answered_s,
@@ -586,8 +626,13 @@ async fn send_spread(
     }
 }
 
-/// An OpenAI-compatible stand-in that streams a short answer in ten pieces over `over`.
-async fn start_slow_llm(over: Duration, hold_until: usize) -> (String, Arc<OpenCalls>) {
+/// An OpenAI-compatible stand-in that streams a short answer in ten pieces over `over`,
+/// over TLS for [`Link::Https`] (with its authority's certificate).
+async fn start_slow_llm(
+    over: Duration,
+    hold_until: usize,
+    link: Link,
+) -> (String, Arc<OpenCalls>, Option<tls::TlsServer>) {
     let gap = over / 10;
     let calls = Arc::new(OpenCalls::default());
     let counted = calls.clone();
@@ -635,6 +680,12 @@ async fn start_slow_llm(over: Duration, hold_until: usize) -> (String, Arc<OpenC
             )
         }),
     );
+    if link == Link::Https {
+        // Hyper's 200 streams per connection: the service opens another connection per
+        // 100 calls, well within.
+        let server = tls::serve(app, tls::Offers::Http2AndHttp1).await;
+        return (format!("https://{}/v1", server.addr), calls, Some(server));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     // HTTP/1.1 and HTTP/2 (h2c) on one port, with no cap on concurrent streams (hyper's
@@ -656,7 +707,7 @@ async fn start_slow_llm(over: Duration, hold_until: usize) -> (String, Arc<OpenC
             });
         }
     });
-    (url, calls)
+    (url, calls, None)
 }
 
 /// Model calls the slow stand-in holds: how many arrived, how many are open now and at most.
@@ -896,6 +947,18 @@ async fn spawn(
     callback: &str,
     extra: &str,
 ) -> (Child, String) {
+    spawn_with_env(bin, dir, llm, callback, extra, &[]).await
+}
+
+/// As [`spawn`], with `env` set for the service too.
+async fn spawn_with_env(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    llm: &str,
+    callback: &str,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let port = free_port();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\n[agent]\nmodel = \"bench/m\"\n[providers.bench]\nkind = \"openai\"\nbase_url = \"{llm}\"\n{extra}\n\
@@ -910,6 +973,7 @@ async fn spawn(
         // The stand-in answers; the local model is never wanted here.
         .env("FERROCLAW_OFFLINE", "1")
         .env("FERROCLAW_HOME", dir.join("home"))
+        .envs(env.iter().copied())
         .envs(std::env::vars().filter_map(|(k, v)| {
             k.strip_prefix("FERROCLAW_BENCH_CHILD_")
                 .map(|name| (name.to_string(), v))

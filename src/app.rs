@@ -619,17 +619,15 @@ pub fn build_chain(loaded: &LoadedConfig) -> anyhow::Result<FallbackChain> {
             continue;
         }
         // The client is built on the first call (not at start-up).
-        let http: fn() -> crate::http::Lease = if provider.http2 {
-            crate::http::multiplexed
-        } else {
-            crate::http::shared_lease
-        };
+        let http = crate::http::Transport::for_provider(provider.base_url(), provider.http2);
         let one = |key: Option<secrecy::SecretString>| -> Arc<dyn ModelProvider> {
             match provider.kind {
-                ProviderKind::Anthropic => {
-                    Arc::new(AnthropicProvider::new(http, provider.base_url(), key))
-                }
-                _ => Arc::new(OpenAiProvider::new(http, provider.base_url(), key)),
+                ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+                    http.clone(),
+                    provider.base_url(),
+                    key,
+                )),
+                _ => Arc::new(OpenAiProvider::new(http.clone(), provider.base_url(), key)),
             }
         };
         let keys = loaded

@@ -1,12 +1,14 @@
-//! The outbound HTTP clients: one shared (providers, webhook callbacks), built on first use and
-//! shared: each reqwest client carries its own TLS roots and connection pool. The shared one
-//! speaks HTTP/1.1 only; providers with `http2 = true` use the multiplexed ones: HTTP/2 calls
-//! spread over a few connections, another opened when the open ones carry
-//! [`STREAMS_PER_CONNECTION`] calls each (one connection would cap concurrent calls at the
-//! server's stream limit, commonly 100–250). A model call holds a [`Lease`] for as long as
-//! its answer streams, so the pool knows what each connection carries.
+//! The outbound HTTP clients, each built on first use and shared (a reqwest client carries
+//! its own TLS roots and connection pool): one speaking HTTP/1.1 (webhook callbacks,
+//! alerts, providers over plain `http` or with `http2 = false`), and the multiplexed ones
+//! for model calls over HTTP/2, spread over a few connections, another opened when the open
+//! ones carry [`STREAMS_PER_CONNECTION`] calls each (one connection would cap concurrent
+//! calls at the server's stream limit, commonly 100–250). A provider's [`Transport`] says
+//! which: over `https` HTTP/2 where the server offers it by ALPN (learned from its answers),
+//! as every hosted provider does. A model call holds a [`Lease`] for as long as its answer
+//! streams, so the pool knows what each connection carries.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -23,27 +25,83 @@ const MAX_CONNECTIONS: usize = 128;
 /// steady state reuses fewer.
 const IDLE_PER_HOST: usize = 256;
 
-/// The settings both service clients share.
-fn service_client() -> reqwest::ClientBuilder {
+/// The settings every service client shares, with its TLS speaking `alpn`.
+fn service_client(alpn: Alpn) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         // Idle connections of a burst are closed within 20 s (then `heap` hands their
         // buffers back): memory returns to near idle within 30 s of a burst.
         .pool_idle_timeout(Duration::from_secs(20))
         .pool_max_idle_per_host(IDLE_PER_HOST)
-        // Bundled roots only: reading the system's certificates costs start-up time.
-        .tls_built_in_native_certs(false)
+        .use_preconfigured_tls(tls(alpn))
+}
+
+/// A service client as `configure` sets it up.
+fn build(
+    alpn: Alpn,
+    configure: fn(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> reqwest::Client {
+    configure(service_client(alpn))
+        .build()
+        .expect("the HTTP client builds with static settings")
+}
+
+/// What a client offers by ALPN (over `https`).
+#[derive(Clone, Copy)]
+enum Alpn {
+    Http1,
+    Http2,
+    Both,
+}
+
+/// The TLS configuration of a client offering `alpn`. Every client shares one verifier
+/// with its roots and one session cache: the roots alone are about 90 KB a copy, and each
+/// HTTP/2 shard is a client of its own.
+fn tls(alpn: Alpn) -> rustls::ClientConfig {
+    static BASE: OnceLock<rustls::ClientConfig> = OnceLock::new();
+    let mut config = BASE.get_or_init(base_tls).clone();
+    config.alpn_protocols = match alpn {
+        Alpn::Http1 => vec![b"http/1.1".to_vec()],
+        Alpn::Http2 => vec![b"h2".to_vec()],
+        Alpn::Both => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
+    config
+}
+
+/// The bundled roots (webpki-roots, as reqwest's own), and the certificates `SSL_CERT_FILE`
+/// or `SSL_CERT_DIR` name (an internal authority, a stand-in): reading the whole system store
+/// costs start-up time. Certificates there that cannot be read are logged and left out.
+fn base_tls() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let named = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some());
+    if named {
+        let found = rustls_native_certs::load_native_certs();
+        for error in &found.errors {
+            tracing::warn!(%error, "certificates named by SSL_CERT_FILE/SSL_CERT_DIR not read");
+        }
+        let (_, unusable) = roots.add_parsable_certificates(found.certs);
+        if unusable > 0 {
+            tracing::warn!(
+                unusable,
+                "certificates named by SSL_CERT_FILE/SSL_CERT_DIR left out"
+            );
+        }
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring offers TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 pub fn shared() -> reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT
-        .get_or_init(|| {
-            service_client()
-                .http1_only()
-                .build()
-                .expect("the HTTP client builds with static settings")
-        })
+        .get_or_init(|| build(Alpn::Http1, |b| b.http1_only()))
         .clone()
 }
 
@@ -52,6 +110,8 @@ pub struct Lease {
     client: reqwest::Client,
     /// The calls its connection carries (HTTP/2 only), one less when this is dropped.
     carried: Option<Arc<AtomicUsize>>,
+    /// Where the provider's protocol is learned (`Transport::Auto`), from this call's answer.
+    learns: Option<Arc<AtomicU8>>,
 }
 
 impl std::ops::Deref for Lease {
@@ -69,11 +129,80 @@ impl Drop for Lease {
     }
 }
 
+impl Lease {
+    /// The protocol the provider answered in: under `Transport::Auto`, a provider that
+    /// answered over HTTP/1.1 is called over the shared HTTP/1.1 client from then on.
+    pub fn heard(&self, version: reqwest::Version) {
+        if let Some(learns) = &self.learns {
+            let spoken = if version == reqwest::Version::HTTP_2 {
+                SPEAKS_H2
+            } else {
+                SPEAKS_H1
+            };
+            learns.store(spoken, Ordering::Release);
+        }
+    }
+}
+
 /// The shared HTTP/1.1 client as a lease (nothing to count: a call is a connection).
-pub fn shared_lease() -> Lease {
+fn shared_lease() -> Lease {
     Lease {
         client: shared(),
         carried: None,
+        learns: None,
+    }
+}
+
+/// Not yet known what the provider speaks (no answer yet).
+const UNKNOWN: u8 = 0;
+const SPEAKS_H1: u8 = 1;
+const SPEAKS_H2: u8 = 2;
+
+/// How one provider's calls travel (its `http2` key).
+#[derive(Clone)]
+pub enum Transport {
+    /// HTTP/1.1, a connection per call in flight (`http2 = false`; plain `http` by default).
+    Http1,
+    /// HTTP/2 only, h2c over plain `http` (`http2 = true`): [`multiplexed`].
+    Http2,
+    /// `https` by default: HTTP/2 where the server offers it by ALPN. Until the provider
+    /// first answers, calls go over clients offering both (spread like [`multiplexed`]);
+    /// once it answered over HTTP/2 they go over [`multiplexed`], once over HTTP/1.1 over
+    /// the shared HTTP/1.1 client.
+    Auto(Arc<AtomicU8>),
+}
+
+impl Transport {
+    /// The transport for a provider at `base_url` with `http2` set or not.
+    pub fn for_provider(base_url: &str, http2: Option<bool>) -> Transport {
+        match http2 {
+            Some(true) => Transport::Http2,
+            Some(false) => Transport::Http1,
+            None if base_url.starts_with("https:") => {
+                Transport::Auto(Arc::new(AtomicU8::new(UNKNOWN)))
+            }
+            None => Transport::Http1,
+        }
+    }
+
+    /// A client for one call, held until its answer has streamed.
+    pub fn lease(&self) -> Lease {
+        match self {
+            Transport::Http1 => shared_lease(),
+            Transport::Http2 => multiplexed(),
+            Transport::Auto(learned) => match learned.load(Ordering::Acquire) {
+                SPEAKS_H1 => shared_lease(),
+                // Known to speak HTTP/2: asked for it alone (ALPN `h2`), so each connection
+                // is opened once, however many calls arrive together.
+                SPEAKS_H2 => multiplexed(),
+                _ => {
+                    static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
+                    let mut lease = spread(&SHARDS, alpn_client);
+                    lease.learns = Some(learned.clone());
+                    lease
+                }
+            },
+        }
     }
 }
 
@@ -84,12 +213,21 @@ struct Shard {
 }
 
 fn h2_client() -> reqwest::Client {
-    service_client()
-        .http2_prior_knowledge()
-        // Pings keep a quiet connection (a long model pause) known to be alive.
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .build()
-        .expect("the HTTP client builds with static settings")
+    build(Alpn::Http2, |b| {
+        b.http2_prior_knowledge()
+            // Pings keep a quiet connection (a long model pause) known to be alive.
+            .http2_keep_alive_interval(Duration::from_secs(30))
+    })
+}
+
+/// HTTP/2 or HTTP/1.1 as the server chooses by ALPN (`https` only), for a provider's calls
+/// until it first answers. First calls racing each open a connection, and those that
+/// negotiated HTTP/2 are all kept (hyper's pool takes the first and lets the others carry
+/// their own call): a few connections more than needed, for that moment only.
+fn alpn_client() -> reqwest::Client {
+    build(Alpn::Both, |b| {
+        b.http2_keep_alive_interval(Duration::from_secs(30))
+    })
 }
 
 /// HTTP/2 only (h2c on plain `http`), for providers with `http2 = true`: a call goes on the
@@ -97,15 +235,22 @@ fn h2_client() -> reqwest::Client {
 /// thousands of concurrent calls share a few connections (where HTTP/1.1 holds a connection
 /// per call with its buffers: about 24 KB each, measured) without queueing behind one
 /// connection's stream limit. Built when such a provider is first called.
-pub fn multiplexed() -> Lease {
+fn multiplexed() -> Lease {
     static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
-    let mut shards = SHARDS.lock().expect("shards lock");
+    spread(&SHARDS, h2_client)
+}
+
+/// A lease on the first of `shards` carrying fewer than [`STREAMS_PER_CONNECTION`] calls, on
+/// a new one (`build`) while there are fewer than [`MAX_CONNECTIONS`], else on the least
+/// loaded.
+fn spread(shards: &Mutex<Vec<Shard>>, build: fn() -> reqwest::Client) -> Lease {
+    let mut shards = shards.lock().expect("shards lock");
     let load = |s: &Shard| s.carried.load(Ordering::Acquire);
     let pick = match shards.iter().position(|s| load(s) < STREAMS_PER_CONNECTION) {
         Some(i) => i,
         None if shards.len() < MAX_CONNECTIONS => {
             shards.push(Shard {
-                client: h2_client(),
+                client: build(),
                 carried: Arc::new(AtomicUsize::new(0)),
             });
             shards.len() - 1
@@ -119,6 +264,7 @@ pub fn multiplexed() -> Lease {
     Lease {
         client: shard.client.clone(),
         carried: Some(shard.carried.clone()),
+        learns: None,
     }
 }
 
@@ -130,4 +276,56 @@ pub fn downloads() -> reqwest::Client {
         .connect_timeout(Duration::from_secs(10))
         .build()
         .expect("the HTTP client builds with static settings")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(transport: &Transport) -> &'static str {
+        match transport {
+            Transport::Http1 => "http1",
+            Transport::Http2 => "http2",
+            Transport::Auto(_) => "auto",
+        }
+    }
+
+    #[test]
+    fn the_key_or_else_the_scheme_chooses_the_transport() {
+        for (url, key, expected) in [
+            ("https://api.openai.com/v1", None, "auto"),
+            ("http://127.0.0.1:8080/v1", None, "http1"),
+            ("https://api.openai.com/v1", Some(false), "http1"),
+            ("https://api.openai.com/v1", Some(true), "http2"),
+            ("http://127.0.0.1:8080/v1", Some(true), "http2"),
+        ] {
+            let transport = Transport::for_provider(url, key);
+            assert_eq!(kind(&transport), expected, "{url} with http2 = {key:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_provider_answered_in_decides_its_later_calls() {
+        let h1 = Transport::for_provider("https://old.example/v1", None);
+        let first = h1.lease();
+        assert!(first.carried.is_some(), "unknown yet: spread like HTTP/2");
+        assert!(first.learns.is_some());
+        first.heard(reqwest::Version::HTTP_11);
+        drop(first);
+        let later = h1.lease();
+        assert!(
+            later.carried.is_none(),
+            "answered over HTTP/1.1: the shared client"
+        );
+
+        let h2 = Transport::for_provider("https://new.example/v1", None);
+        let first = h2.lease();
+        first.heard(reqwest::Version::HTTP_2);
+        drop(first);
+        let later = h2.lease();
+        assert!(
+            later.carried.is_some() && later.learns.is_none(),
+            "answered over HTTP/2: the HTTP/2-only clients, nothing more to learn"
+        );
+    }
 }

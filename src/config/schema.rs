@@ -436,12 +436,13 @@ pub struct ProviderConfig {
     /// Its models see images (image parts are sent to them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vision: bool,
-    /// Speak HTTP/2 to it: concurrent calls are streams on a few connections (another opened
-    /// per 100 calls, `http::STREAMS_PER_CONNECTION`) instead of a connection each (HTTP/1.1,
-    /// the default, as the providers' own SDKs do). Over plain `http` the server must take
-    /// HTTP/2 directly (h2c).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub http2: bool,
+    /// HTTP/2 to it: concurrent calls are streams on a few connections (another opened per
+    /// 100 calls, `http::STREAMS_PER_CONNECTION`) instead of a connection each. Unset: over
+    /// `https` HTTP/2 where the server offers it by ALPN (every hosted provider does), over
+    /// plain `http` HTTP/1.1. `true`: HTTP/2 always (over plain `http` the server must take
+    /// it directly, h2c). `false`: HTTP/1.1 always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<bool>,
 }
 
 impl ProviderConfig {
@@ -457,7 +458,7 @@ impl ProviderConfig {
             context_tokens: None,
             seed: None,
             vision: false,
-            http2: false,
+            http2: None,
         }
     }
 }

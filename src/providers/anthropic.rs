@@ -15,14 +15,14 @@ const MAX_TOKENS: u32 = super::MAX_OUTPUT_TOKENS;
 
 pub struct AnthropicProvider {
     /// Where the client comes from, asked on each call (built on the first, not at start-up).
-    http: fn() -> crate::http::Lease,
+    http: crate::http::Transport,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl AnthropicProvider {
     pub fn new(
-        http: fn() -> crate::http::Lease,
+        http: crate::http::Transport,
         base_url: &str,
         api_key: Option<SecretString>,
     ) -> Self {
@@ -128,7 +128,7 @@ impl ModelProvider for AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         // Held until the answer has streamed: the HTTP/2 pool counts the call on its
         // connection.
-        let lease = (self.http)();
+        let lease = self.http.lease();
         let mut builder = lease
             .post(&self.endpoint)
             .header("anthropic-version", API_VERSION)
@@ -141,7 +141,7 @@ impl ModelProvider for AnthropicProvider {
         if let Some(key) = &self.api_key {
             builder = builder.header("x-api-key", key.expose_secret());
         }
-        let mut events = super::sse::events(builder).await?;
+        let mut events = super::sse::events(&lease, builder).await?;
         let mut out = Assembly::default();
         while let Some(event) = super::sse::next(&mut events).await {
             let event = event?;

@@ -8,7 +8,13 @@ pub(super) fn transport_error(err: reqwest::Error) -> ProviderError {
     if err.is_timeout() {
         ProviderError::Timeout
     } else if err.is_connect() {
-        ProviderError::Connect("could not connect".into())
+        // The innermost cause says why (refused, no such host, a certificate not trusted);
+        // the outer ones only that connecting failed. Causes carry no URL.
+        let mut cause: &dyn std::error::Error = &err;
+        while let Some(inner) = cause.source() {
+            cause = inner;
+        }
+        ProviderError::Connect(format!("could not connect: {cause}"))
     } else {
         ProviderError::Connect(format!("transport error: {}", without_url(&err)))
     }

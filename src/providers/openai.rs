@@ -13,14 +13,14 @@ use serde_json::{Value, json};
 
 pub struct OpenAiProvider {
     /// Where the client comes from, asked on each call (built on the first, not at start-up).
-    http: fn() -> crate::http::Lease,
+    http: crate::http::Transport,
     endpoint: String,
     api_key: Option<SecretString>,
 }
 
 impl OpenAiProvider {
     pub fn new(
-        http: fn() -> crate::http::Lease,
+        http: crate::http::Transport,
         base_url: &str,
         api_key: Option<SecretString>,
     ) -> Self {
@@ -80,14 +80,18 @@ impl ModelProvider for OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         // Held until the answer has streamed: the HTTP/2 pool counts the call on its
         // connection.
-        let lease = (self.http)();
-        // The tools are written from their shared schemas, not copied into the body.
-        let body = WithTools::new(Self::body(model, request), &request.tools, OpenAiTools);
-        let mut builder = lease.post(&self.endpoint).json(&body);
+        let lease = self.http.lease();
+        // The tools are written from their shared schemas, not copied into the body; the
+        // body's values are dropped once written (not held while the answer streams).
+        let mut builder = lease.post(&self.endpoint).json(&WithTools::new(
+            Self::body(model, request),
+            &request.tools,
+            OpenAiTools,
+        ));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }
-        let mut events = super::sse::events(builder).await?;
+        let mut events = super::sse::events(&lease, builder).await?;
         let mut out = StreamAssembly::default();
         while let Some(event) = super::sse::next(&mut events).await {
             let event = event?;

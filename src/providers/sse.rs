@@ -25,11 +25,15 @@ impl std::fmt::Display for BodyError {
 }
 
 /// The events of a streamed answer, or the classified error of a refused request. A 200
-/// that is not an event stream (an HTML page from a proxy, say) is a protocol error.
+/// that is not an event stream (an HTML page from a proxy, say) is a protocol error. The
+/// protocol the answer came in is told to `lease` (its transport learns what the provider
+/// speaks).
 pub(super) async fn events(
+    lease: &crate::http::Lease,
     request: reqwest::RequestBuilder,
 ) -> Result<EventStream<impl Stream<Item = Result<bytes::Bytes, BodyError>>>, ProviderError> {
     let response = request.send().await.map_err(transport_error)?;
+    lease.heard(response.version());
     let status = response.status();
     if !status.is_success() {
         let retry_after = retry_after(response.headers());

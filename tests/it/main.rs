@@ -45,5 +45,6 @@ mod subagents;
 mod teams;
 mod telegram;
 mod tidy;
+mod transport;
 mod upgrades;
 mod webhook;

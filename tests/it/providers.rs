@@ -48,8 +48,9 @@ async fn text_and_tool_call_streams_cut_into_three_byte_pieces_are_reassembled_i
         ],
     })
     .await;
-    let openai = OpenAiProvider::new(ferroclaw::http::shared_lease, &llm.url, None);
-    let anthropic = AnthropicProvider::new(ferroclaw::http::shared_lease, &llm.anthropic_url, None);
+    let openai = OpenAiProvider::new(ferroclaw::http::Transport::Http1, &llm.url, None);
+    let anthropic =
+        AnthropicProvider::new(ferroclaw::http::Transport::Http1, &llm.anthropic_url, None);
     for provider in [&openai as &dyn ModelProvider, &anthropic] {
         let (response, streamed) = run(provider).await;
         assert_eq!(response.content, text);
@@ -112,7 +113,7 @@ async fn an_anthropic_error_event_after_http_200_is_classified() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let provider = AnthropicProvider::new(ferroclaw::http::shared_lease, &base, None);
+    let provider = AnthropicProvider::new(ferroclaw::http::Transport::Http1, &base, None);
     let err = provider
         .complete("m", &request(), &|_| {})
         .await
@@ -152,7 +153,7 @@ fn chain_over(
     providers.insert(
         "p".into(),
         Arc::new(OpenAiProvider::new(
-            ferroclaw::http::shared_lease,
+            ferroclaw::http::Transport::Http1,
             &llm.url,
             None,
         )),
@@ -418,7 +419,7 @@ async fn http2_calls_beyond_a_connections_stream_limit_open_another_connection()
     })
     .await;
     let provider = Arc::new(OpenAiProvider::new(
-        ferroclaw::http::multiplexed,
+        ferroclaw::http::Transport::Http2,
         &llm.url,
         None,
     ));

@@ -95,7 +95,7 @@ pub struct Recorded {
     pub last_user: String,
     pub started: Instant,
     pub finished: Option<Instant>,
-    /// HTTP/1.1, or HTTP/2 from a provider with `http2 = true`.
+    /// HTTP/1.1, or HTTP/2 (a provider with `http2 = true`, or over TLS by ALPN).
     pub version: axum::http::Version,
     /// The client's address (a new port: a new connection).
     pub peer: std::net::SocketAddr,
@@ -124,6 +124,8 @@ pub struct LlmStandIn {
     /// Anthropic base URL (the provider appends `/v1/messages`).
     pub anthropic_url: String,
     state: Arc<Inner>,
+    /// Served over TLS ([`LlmStandIn::start_tls`]): the server and its authority.
+    pub tls: Option<super::tls::TlsServer>,
 }
 
 /// Decides by the request's key (`Authorization` or `x-api-key` value) before the script.
@@ -214,13 +216,33 @@ impl LlmStandIn {
         .await
     }
 
-    async fn serve(inner: Inner) -> Self {
-        let state = Arc::new(inner);
-        let app = Router::new()
+    /// As [`start`], over TLS with a certificate from a throwaway authority (trusted by a
+    /// service given `SSL_CERT_FILE`), offering `offers` by ALPN.
+    pub async fn start_tls(
+        offers: super::tls::Offers,
+        script: impl Fn(&Value, usize) -> Behaviour + Send + Sync + 'static,
+    ) -> Self {
+        let state = Arc::new(Inner::scripted(Box::new(script), 7));
+        let server = super::tls::serve(Self::router(&state), offers).await;
+        LlmStandIn {
+            url: format!("https://{}/v1", server.addr),
+            anthropic_url: format!("https://{}", server.addr),
+            state,
+            tls: Some(server),
+        }
+    }
+
+    fn router(state: &Arc<Inner>) -> Router {
+        Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
             .route("/v1/embeddings", post(embeddings))
-            .with_state(state.clone());
+            .with_state(state.clone())
+    }
+
+    async fn serve(inner: Inner) -> Self {
+        let state = Arc::new(inner);
+        let app = Self::router(&state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -235,6 +257,7 @@ impl LlmStandIn {
             url: format!("http://{addr}/v1"),
             anthropic_url: format!("http://{addr}"),
             state,
+            tls: None,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod schema;
 pub mod service;
 pub mod slack;
 pub mod telegram;
+pub mod tls;
 
 use std::time::{Duration, Instant};
 
