@@ -20,7 +20,8 @@ pub const MAIN: &str = crate::config::MAIN_AGENT;
 #[derive(Debug)]
 pub struct AgentProfile {
     pub id: String,
-    pub system_prompt: String,
+    /// Shared with every persona of the agent.
+    pub system_prompt: Arc<str>,
     pub model: ModelRef,
     pub fallbacks: Vec<ModelRef>,
     /// Root of its sessions' workspace folders; `skills/` in it holds its own skills.
@@ -85,7 +86,8 @@ impl Agents {
             let profile = AgentProfile {
                 system_prompt: def
                     .system_prompt
-                    .unwrap_or_else(|| base.system_prompt.clone()),
+                    .unwrap_or_else(|| base.system_prompt.clone())
+                    .into(),
                 model: ModelRef::parse(model).unwrap_or_else(|| ModelRef {
                     provider: "openai".into(),
                     model: model.to_string(),
@@ -216,7 +218,7 @@ mod tests {
     fn unset_keys_come_from_the_agent_section_and_sessions_name_their_agent() {
         let agents = agents("");
         let a = agents.get("a").unwrap();
-        assert_eq!(a.system_prompt, "A");
+        assert_eq!(&*a.system_prompt, "A");
         assert_eq!(a.model.to_string(), Config::default().agent.model);
         assert_eq!(agents.get("b").unwrap().model.to_string(), "anthropic/x");
         assert_eq!(agents.of_session("agent:b:cli:x").id, "b");

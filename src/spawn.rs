@@ -37,9 +37,9 @@ pub struct SpawnScope {
     /// Depth of the spawning agent (the user's agent is 0).
     pub depth: u32,
     pub parent_model: ModelRef,
-    pub parent_system: String,
+    pub parent_system: Arc<str>,
     /// Tool names the spawning agent has.
-    pub parent_tools: Vec<String>,
+    pub parent_tools: Arc<[String]>,
     /// The spawning agent (its id and `may_delegate` links decide `agent_id`).
     pub agent: Arc<crate::agents::AgentProfile>,
     /// Spawns already made by the turn this scope belongs to

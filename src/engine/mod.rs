@@ -279,7 +279,7 @@ impl Engine {
     /// The system prompt of a call: the persona's, the features' sections (a skill menu),
     /// then `extra` (the Active Plan, or planning instructions).
     pub(crate) fn system_prompt(&self, persona: &Persona, extra: Option<&str>) -> String {
-        let mut system = persona.system.clone();
+        let mut system = persona.system.to_string();
         let sections = self
             .components
             .iter()

@@ -21,9 +21,11 @@ use std::sync::Arc;
 pub struct Persona {
     /// The configured agent it runs as (fallbacks, workspace, links).
     pub agent: Arc<AgentProfile>,
-    pub system: String,
-    /// Tool names offered.
-    pub tools: Vec<String>,
+    /// Shared with the agent's profile and the turn's spawn scope (thousands of turns in
+    /// flight each hold a persona).
+    pub system: Arc<str>,
+    /// Tool names offered (shared with the turn's spawn scope).
+    pub tools: Arc<[String]>,
     pub model: ModelRef,
     pub depth: u32,
     /// For subagents: the chat/thread (and message) their own children announce into.
@@ -179,7 +181,7 @@ impl Personas {
         let exec = self.exec_place(session_key, false);
         let agent = self.agents.of_session(session_key).clone();
         Persona {
-            tools: self.offer(&agent, spawning, exec.is_some()),
+            tools: self.offer(&agent, spawning, exec.is_some()).into(),
             system: agent.system_prompt.clone(),
             exec,
             model,
@@ -251,7 +253,7 @@ impl Personas {
         let available: Vec<String> = if other_agent {
             self.offer(&agent, true, true)
         } else {
-            scope.parent_tools.clone()
+            scope.parent_tools.to_vec()
         };
         let mut tools: Vec<String> = match &request.tools {
             Some(list) => {
@@ -294,9 +296,9 @@ impl Personas {
         });
         let system = request.system_prompt.clone().unwrap_or_else(|| {
             if other_agent {
-                agent.system_prompt.clone()
+                agent.system_prompt.to_string()
             } else {
-                scope.parent_system.clone()
+                scope.parent_system.to_string()
             }
         });
         Ok(ChildChoice {
@@ -326,7 +328,7 @@ impl Personas {
             .collect();
         Persona {
             agent: run.agent.clone(),
-            system: run.system.to_string(),
+            system: run.system.into(),
             tools,
             exec,
             model: run.model.clone(),
