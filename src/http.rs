@@ -142,6 +142,15 @@ impl Lease {
             learns.store(spoken, Ordering::Release);
         }
     }
+
+    /// The call could not connect: under `Transport::Auto` the provider is asked again
+    /// what it speaks (both offered by ALPN), so one that stopped offering HTTP/2 (a proxy
+    /// put in front of it) is reached over HTTP/1.1 from the next call on.
+    pub fn unreachable(&self) {
+        if let Some(learns) = &self.learns {
+            learns.store(UNKNOWN, Ordering::Release);
+        }
+    }
 }
 
 /// The shared HTTP/1.1 client as a lease (nothing to count: a call is a connection).
@@ -168,7 +177,7 @@ pub enum Transport {
     /// `https` by default: HTTP/2 where the server offers it by ALPN. Until the provider
     /// first answers, calls go over clients offering both (spread like [`multiplexed`]);
     /// once it answered over HTTP/2 they go over [`multiplexed`], once over HTTP/1.1 over
-    /// the shared HTTP/1.1 client.
+    /// the shared HTTP/1.1 client. A call that cannot connect makes it ask again.
     Auto(Arc<AtomicU8>),
 }
 
@@ -194,7 +203,11 @@ impl Transport {
                 SPEAKS_H1 => shared_lease(),
                 // Known to speak HTTP/2: asked for it alone (ALPN `h2`), so each connection
                 // is opened once, however many calls arrive together.
-                SPEAKS_H2 => multiplexed(),
+                SPEAKS_H2 => {
+                    let mut lease = multiplexed();
+                    lease.learns = Some(learned.clone());
+                    lease
+                }
                 _ => {
                     static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
                     let mut lease = spread(&SHARDS, alpn_client);
@@ -323,9 +336,17 @@ mod tests {
         first.heard(reqwest::Version::HTTP_2);
         drop(first);
         let later = h2.lease();
-        assert!(
-            later.carried.is_some() && later.learns.is_none(),
-            "answered over HTTP/2: the HTTP/2-only clients, nothing more to learn"
-        );
+        assert!(later.carried.is_some(), "answered over HTTP/2: spread");
+        assert_eq!(spoken(&h2), SPEAKS_H2);
+        later.unreachable();
+        drop(later);
+        assert_eq!(spoken(&h2), UNKNOWN, "could not connect: asked again");
+    }
+
+    fn spoken(transport: &Transport) -> u8 {
+        match transport {
+            Transport::Auto(learned) => learned.load(Ordering::Acquire),
+            _ => panic!("not learned"),
+        }
     }
 }

@@ -32,7 +32,12 @@ pub(super) async fn events(
     lease: &crate::http::Lease,
     request: reqwest::RequestBuilder,
 ) -> Result<EventStream<impl Stream<Item = Result<bytes::Bytes, BodyError>>>, ProviderError> {
-    let response = request.send().await.map_err(transport_error)?;
+    let response = request.send().await.map_err(|error| {
+        if error.is_connect() {
+            lease.unreachable();
+        }
+        transport_error(error)
+    })?;
     lease.heard(response.version());
     let status = response.status();
     if !status.is_success() {

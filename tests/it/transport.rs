@@ -22,6 +22,26 @@ fn authority(llm: &LlmStandIn) -> String {
     tls.authority_pem.to_str().unwrap().to_string()
 }
 
+const SECRET: &str = "whsec-transport-1";
+
+/// `serve` with a webhook channel, calling `llm` (its authority trusted), the config as
+/// `edit` makes it, in its folder; and a webhook client.
+async fn serve(llm: &LlmStandIn, edit: impl Fn(String) -> String) -> (Workdir, Service, Hook) {
+    let config = config_with_llm(
+        &llm.url,
+        "[channels.webhook.main]\nsecret_env = \"FC_HOOK_SECRET\"\n",
+    );
+    let work = Workdir::new(&edit(config));
+    let pem = authority(llm);
+    let service = Service::start(
+        &work,
+        &[("FC_HOOK_SECRET", SECRET), ("SSL_CERT_FILE", pem.as_str())],
+    )
+    .await;
+    let hook = Hook::new(&service, SECRET);
+    (work, service, hook)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn over_https_the_provider_is_called_over_http2_when_it_offers_it_else_http1() {
     let both = echo(Offers::Http2AndHttp1).await;
@@ -96,22 +116,12 @@ async fn concurrent_calls_over_https_share_http2_connections_of_100_calls() {
         open: CALLS,
     })
     .await;
-    let secret = "whsec-transport-1";
-    let config = config_with_llm(
-        &llm.url,
-        "[channels.webhook.main]\nsecret_env = \"FC_HOOK_SECRET\"\n",
-    )
-    .replace("[fallback]\n", "[fallback]\nmax_concurrent_requests = 0\n");
-    let work = Workdir::new(&config);
-    let pem = authority(&llm);
-    let service = Service::start(
-        &work,
-        &[("FC_HOOK_SECRET", secret), ("SSL_CERT_FILE", pem.as_str())],
-    )
+    let (_work, _service, hook) = serve(&llm, |config| {
+        config.replace("[fallback]\n", "[fallback]\nmax_concurrent_requests = 0\n")
+    })
     .await;
-    let hook = Hook::new(&service, secret);
     let asks = (0..CALLS).map(|i| {
-        let hook = Hook::for_base(&hook.base, secret);
+        let hook = Hook::for_base(&hook.base, SECRET);
         tokio::spawn(async move { hook.ask(&format!("c{i}"), &format!("m{i}"), "hi").await })
     });
     let answers = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(asks))
@@ -137,5 +147,29 @@ async fn concurrent_calls_over_https_share_http2_connections_of_100_calls() {
     assert!(
         carried.len() <= 10,
         "calls share connections (a few more than 3 only while the first calls race): {carried:?}"
+    );
+}
+
+/// A provider that stops offering HTTP/2 (a proxy put in front of it, on the same address)
+/// is reached over HTTP/1.1 again: the call that cannot connect asking for HTTP/2 alone
+/// makes the service ask again with both offered, and its retry goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_stops_offering_http2_is_reached_over_http1_again() {
+    let mut llm = echo(Offers::Http2AndHttp1).await;
+    let (_work, service, hook) = serve(&llm, |config| {
+        config.replace("retries_per_model = 0", "retries_per_model = 1")
+    })
+    .await;
+    assert_eq!(hook.ask("c1", "m1", "one").await, "echo: one");
+    // Learned: this one goes over the HTTP/2-only connections.
+    assert_eq!(hook.ask("c1", "m2", "two").await, "echo: two");
+    llm.replace_tls(Offers::Http1Only).await;
+    assert_eq!(hook.ask("c1", "m3", "three").await, "echo: three");
+    let versions: Vec<_> = llm.requests().iter().map(|r| r.version).collect();
+    assert_eq!(
+        versions,
+        [Version::HTTP_2, Version::HTTP_2, Version::HTTP_11],
+        "{}",
+        service.logs()
     );
 }

@@ -232,6 +232,14 @@ impl LlmStandIn {
         }
     }
 
+    /// A TLS stand-in's server replaced on the same address (its connections closed), now
+    /// offering `offers`: a provider that changed what it speaks.
+    pub async fn replace_tls(&mut self, offers: super::tls::Offers) {
+        let router = Self::router(&self.state);
+        let tls = self.tls.as_mut().expect("a TLS stand-in");
+        tls.replace(router, offers).await;
+    }
+
     fn router(state: &Arc<Inner>) -> Router {
         Router::new()
             .route("/v1/chat/completions", post(openai))

@@ -23,15 +23,40 @@ pub enum Offers {
     Http1Only,
 }
 
-/// A TLS server on 127.0.0.1, its authority's certificate in a PEM file.
+/// A TLS server on 127.0.0.1, its authority's certificate in a PEM file. Dropped or
+/// stopped, it closes its port and every connection it holds.
 pub struct TlsServer {
     pub addr: SocketAddr,
     /// The authority to trust (`SSL_CERT_FILE=<this>`).
     pub authority_pem: PathBuf,
+    identity: Arc<Identity>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+/// The authority's PEM file and the server's certificate chain and key.
+struct Identity {
+    config: rustls::ServerConfig,
     _dir: tempfile::TempDir,
 }
 
-/// Serve `router` over TLS on a free port of 127.0.0.1, until the runtime ends.
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl TlsServer {
+    /// Stop this server (its port and connections closed) and serve `router` on the same
+    /// address with the same certificate, offering `offers`.
+    pub async fn replace(&mut self, router: Router, offers: Offers) {
+        self.accepting.abort();
+        let _ = (&mut self.accepting).await;
+        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+        self.accepting = accept(listener, &self.identity, router, offers);
+    }
+}
+
+/// Serve `router` over TLS on a free port of 127.0.0.1, until the server is dropped.
 pub async fn serve(router: Router, offers: Offers) -> TlsServer {
     let authority_key = rcgen::KeyPair::generate().unwrap();
     let mut authority = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -51,7 +76,7 @@ pub async fn serve(router: Router, offers: Offers) -> TlsServer {
     std::fs::write(&authority_pem, authority.pem()).unwrap();
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
@@ -60,21 +85,41 @@ pub async fn serve(router: Router, offers: Offers) -> TlsServer {
             rustls::pki_types::PrivateKeyDer::from(key),
         )
         .unwrap();
+    let identity = Arc::new(Identity { config, _dir: dir });
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepting = accept(listener, &identity, router, offers);
+    TlsServer {
+        addr,
+        authority_pem,
+        identity,
+        accepting,
+    }
+}
+
+/// The accept loop: each connection served in a task the loop owns (aborted with it).
+fn accept(
+    listener: tokio::net::TcpListener,
+    identity: &Identity,
+    router: Router,
+    offers: Offers,
+) -> tokio::task::JoinHandle<()> {
+    let mut config = identity.config.clone();
     config.alpn_protocols = match offers {
         Offers::Http2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         Offers::Http1Only => vec![b"http/1.1".to_vec()],
     };
     let acceptor = TlsAcceptor::from(Arc::new(config));
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             let Ok((tcp, peer)) = listener.accept().await else {
                 continue;
             };
+            while connections.try_join_next().is_some() {}
             let (acceptor, router) = (acceptor.clone(), router.clone());
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
@@ -85,10 +130,5 @@ pub async fn serve(router: Router, offers: Offers) -> TlsServer {
                     .await;
             });
         }
-    });
-    TlsServer {
-        addr,
-        authority_pem,
-        _dir: dir,
-    }
+    })
 }
