@@ -24,7 +24,7 @@ mod figures;
 mod memory_search;
 /// TLS in front of the slow stand-in (shared with the integration tests).
 #[path = "../tests/it/common/tls.rs"]
-#[allow(dead_code)] // `Offers::Http1Only` is for the tests
+#[allow(dead_code)] // `Offers::Http1Only` and `TlsServer::replace` are for the tests
 mod tls;
 
 const SECRET: &str = "bench-secret";

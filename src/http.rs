@@ -1,5 +1,6 @@
 //! The outbound HTTP clients, each built on first use and shared (a reqwest client carries
-//! its own TLS roots and connection pool): one speaking HTTP/1.1 (webhook callbacks,
+//! its own connection pool; one TLS configuration, roots and session cache, serves them
+//! all): one speaking HTTP/1.1 (webhook callbacks,
 //! alerts, providers over plain `http` or with `http2 = false`), and the multiplexed ones
 //! for model calls over HTTP/2, spread over a few connections, another opened when the open
 //! ones carry [`STREAMS_PER_CONNECTION`] calls each (one connection would cap concurrent
@@ -199,22 +200,20 @@ impl Transport {
         match self {
             Transport::Http1 => shared_lease(),
             Transport::Http2 => multiplexed(),
-            Transport::Auto(learned) => match learned.load(Ordering::Acquire) {
-                SPEAKS_H1 => shared_lease(),
-                // Known to speak HTTP/2: asked for it alone (ALPN `h2`), so each connection
-                // is opened once, however many calls arrive together.
-                SPEAKS_H2 => {
-                    let mut lease = multiplexed();
-                    lease.learns = Some(learned.clone());
-                    lease
-                }
-                _ => {
-                    static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
-                    let mut lease = spread(&SHARDS, alpn_client);
-                    lease.learns = Some(learned.clone());
-                    lease
-                }
-            },
+            Transport::Auto(learned) => {
+                let mut lease = match learned.load(Ordering::Acquire) {
+                    SPEAKS_H1 => return shared_lease(),
+                    // Known to speak HTTP/2: asked for it alone (ALPN `h2`), so each
+                    // connection is opened once, however many calls arrive together.
+                    SPEAKS_H2 => multiplexed(),
+                    _ => {
+                        static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
+                        spread(&SHARDS, alpn_client)
+                    }
+                };
+                lease.learns = Some(learned.clone());
+                lease
+            }
         }
     }
 }
@@ -254,16 +253,16 @@ fn multiplexed() -> Lease {
 }
 
 /// A lease on the first of `shards` carrying fewer than [`STREAMS_PER_CONNECTION`] calls, on
-/// a new one (`build`) while there are fewer than [`MAX_CONNECTIONS`], else on the least
+/// a new one (`new_client`) while there are fewer than [`MAX_CONNECTIONS`], else on the least
 /// loaded.
-fn spread(shards: &Mutex<Vec<Shard>>, build: fn() -> reqwest::Client) -> Lease {
+fn spread(shards: &Mutex<Vec<Shard>>, new_client: fn() -> reqwest::Client) -> Lease {
     let mut shards = shards.lock().expect("shards lock");
     let load = |s: &Shard| s.carried.load(Ordering::Acquire);
     let pick = match shards.iter().position(|s| load(s) < STREAMS_PER_CONNECTION) {
         Some(i) => i,
         None if shards.len() < MAX_CONNECTIONS => {
             shards.push(Shard {
-                client: build(),
+                client: new_client(),
                 carried: Arc::new(AtomicUsize::new(0)),
             });
             shards.len() - 1
