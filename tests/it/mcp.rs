@@ -10,7 +10,7 @@
 use crate::common::hook::Hook;
 use crate::common::llm::{Behaviour, LlmStandIn, calls_from_the_message, fresh_results, last_user};
 use crate::common::python::python;
-use crate::common::service::{Service, Workdir, config_with_llm, run};
+use crate::common::service::{LogsOnFailure, Service, Workdir, config_with_llm, run};
 use crate::common::wait_for;
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -542,6 +542,8 @@ async fn a_turn_redone_after_kill_9_does_not_call_a_recording_tool_twice() {
     let env = env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let service = Service::start(&work, &env).await;
+    // Both processes' logs, printed if a check below fails.
+    let mut logs = LogsOnFailure(vec![("first".into(), service.log_handle())]);
     wait_for("notes up", Duration::from_secs(30), || async {
         (admin_server(&service, "notes").await["state"] == "up").then_some(())
     })
@@ -566,6 +568,7 @@ async fn a_turn_redone_after_kill_9_does_not_call_a_recording_tool_twice() {
 
     hang.store(false, Ordering::SeqCst);
     let service = Service::start(&work, &env).await;
+    logs.0.push(("after the kill".into(), service.log_handle()));
     let hook = Hook::new(&service, HOOK_SECRET);
     let answer = hook.reply_containing("k", "done:").await;
     assert!(

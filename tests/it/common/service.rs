@@ -213,6 +213,19 @@ impl LogHandle {
     }
 }
 
+/// Named processes' logs, printed when the test fails (dropped while panicking).
+pub struct LogsOnFailure(pub Vec<(String, LogHandle)>);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (name, log) in &self.0 {
+                eprintln!("----- log of {name} -----\n{}", log.text());
+            }
+        }
+    }
+}
+
 impl Drop for Service {
     fn drop(&mut self) {
         let _ = self.child.kill();
