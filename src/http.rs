@@ -30,9 +30,12 @@ const IDLE_PER_HOST: usize = 256;
 fn service_client(alpn: Alpn) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
-        // Idle connections of a burst are closed within 20 s (then `heap` hands their
-        // buffers back): memory returns to near idle within 30 s of a burst.
-        .pool_idle_timeout(Duration::from_secs(20))
+        // Idle connections are closed after 5 s (the official OpenAI Python client's httpx
+        // does the same; a turn's model calls follow each other sooner and reuse them):
+        // what a burst's connections held (buffers, TLS state, HTTP/2 stream tables) is
+        // freed within 10 s and `heap` hands it back. Measured 25 s after 3,000 calls: 28 MB
+        // of heap with the connections still open (20 s), 17 MB with them closed.
+        .pool_idle_timeout(Duration::from_secs(5))
         .pool_max_idle_per_host(IDLE_PER_HOST)
         .use_preconfigured_tls(tls(alpn))
 }

@@ -86,8 +86,16 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             led,
         },
     );
-    // Freed heap handed back after a burst (glibc keeps it otherwise).
-    channel_tasks.spawn(crate::heap::run(stopping.clone()));
+    // Freed heap handed back after a burst (glibc keeps it otherwise), the store's caches
+    // let go first.
+    let store = app.store.clone();
+    channel_tasks.spawn(crate::heap::run(
+        stopping.clone(),
+        Box::new(move || {
+            let store = store.clone();
+            Box::pin(async move { store.release_memory().await })
+        }),
+    ));
     // Followers show the leader's view of the channels it receives for (only PostgreSQL
     // has followers: SQLite's one process needs no such writes).
     if crate::coordination::shared_database(&config.storage.url) {

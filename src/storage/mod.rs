@@ -118,6 +118,9 @@ pub trait Store:
     async fn migrate(&self) -> StoreResult<()>;
     /// A cheap write round trip (used by `/readyz`): fails when the database cannot write.
     async fn ping(&self) -> StoreResult<()>;
+    /// Let go what the store caches in this process (SQLite's page caches, which a burst
+    /// fills): called once a burst is over, before the heap is trimmed.
+    async fn release_memory(&self);
 }
 
 /// `Store` itself over each dialect (its aggregates are in their own files).
@@ -128,6 +131,10 @@ macro_rules! store {
             async fn migrate(&self) -> $crate::storage::StoreResult<()> {
                 // Each store migrates its own way (`sqlite_schema.rs`, `postgres.rs`).
                 self.migrate_schema().await
+            }
+
+            async fn release_memory(&self) {
+                self.release_idle_memory().await
             }
 
             async fn ping(&self) -> $crate::storage::StoreResult<()> {

@@ -38,3 +38,8 @@ impl PostgresStore {
         Ok(())
     }
 }
+
+impl PostgresStore {
+    /// Nothing: the server holds PostgreSQL's caches, not this process.
+    pub(super) async fn release_idle_memory(&self) {}
+}

@@ -40,3 +40,11 @@ impl SqliteStore {
         Ok(SqliteStore { write, read })
     }
 }
+
+impl SqliteStore {
+    /// Hand back what the connections cache: idle connections' page caches.
+    pub(super) async fn release_idle_memory(&self) {
+        self.write.shrink_idle().await;
+        self.read.shrink_idle().await;
+    }
+}

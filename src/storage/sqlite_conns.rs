@@ -106,6 +106,34 @@ impl SqliteConns {
     }
 }
 
+impl SqliteConns {
+    /// Let the idle connections' page caches go (`PRAGMA shrink_memory`): a burst fills
+    /// them (a few MB) and SQLite keeps the pages for as long as the connection lives.
+    /// Connections in use are left alone; the next statements read pages back as needed.
+    pub async fn shrink_idle(&self) {
+        let mut taken = Vec::new();
+        while let Ok(permit) = self.inner.permits.clone().try_acquire_owned() {
+            let Some(conn) = self.inner.idle.lock().expect("idle list").pop() else {
+                break;
+            };
+            taken.push(Lease {
+                conn: Some(conn),
+                inner: self.inner.clone(),
+                close: false,
+                _permit: permit,
+            });
+        }
+        for lease in &mut taken {
+            if let Err(err) = sqlx::query("PRAGMA shrink_memory")
+                .execute(&mut **lease)
+                .await
+            {
+                tracing::debug!(error = %err, "could not shrink an idle connection's cache");
+            }
+        }
+    }
+}
+
 /// A transaction begun by the batch of statements sent first on it, ended by `commit` or
 /// `rollback`. sqlx does not track a BEGIN inside a statement, so a `BatchTx` dropped before
 /// either returned (an error, a cancelled future) closes its connection instead of handing
@@ -411,5 +439,31 @@ mod tests {
         let c = conns.acquire().await.unwrap();
         drop((b, c));
         assert_eq!(conns.inner.idle.lock().unwrap().len(), 2, "both went back");
+    }
+
+    #[tokio::test]
+    async fn shrinking_takes_only_idle_connections_and_gives_each_back() {
+        let (_dir, conns) = conns(3).await;
+        let (a, b) = (
+            conns.acquire().await.unwrap(),
+            conns.acquire().await.unwrap(),
+        );
+        drop(b);
+        // `a` is in use: shrinking neither waits for it nor touches it.
+        tokio::time::timeout(std::time::Duration::from_secs(5), conns.shrink_idle())
+            .await
+            .expect("shrinking does not wait for a connection in use");
+        assert_eq!(
+            conns.inner.idle.lock().unwrap().len(),
+            1,
+            "the idle one went back"
+        );
+        assert_eq!(conns.inner.permits.available_permits(), 2, "permits back");
+        drop(a);
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&conns)
+            .await
+            .unwrap();
+        assert_eq!(count(&conns).await, 1, "connections work after shrinking");
     }
 }
