@@ -34,6 +34,15 @@ struct Lane {
     running: Option<CancellationToken>,
 }
 
+/// Drop a finished lane. A table a burst grew (thousands of sessions at once) is not kept
+/// at its size once the burst is over: it would hold a page of the burst's heap.
+fn forget(lanes: &mut HashMap<String, Lane>, key: &str) {
+    lanes.remove(key);
+    if lanes.capacity() > 64 && lanes.len() * 8 < lanes.capacity() {
+        lanes.shrink_to(lanes.len() * 2);
+    }
+}
+
 struct Inner {
     lanes: Mutex<HashMap<String, Lane>>,
     handler: Arc<TurnHandler>,
@@ -282,7 +291,7 @@ impl Inner {
             match lanes.get(&key) {
                 Some(lane) if !lane.queue.is_empty() => continue,
                 _ => {
-                    lanes.remove(&key);
+                    forget(&mut lanes, &key);
                     return;
                 }
             }
@@ -377,14 +386,14 @@ impl Inner {
                     None => {
                         // Closing: what is left stays pending in the journal.
                         crate::metrics::lane_depth(-(lane.queue.len() as f64));
-                        lanes.remove(&key);
+                        forget(&mut lanes, &key);
                         break;
                     }
                 }
             };
             tokio::select! {
                 _ = self.cancel.cancelled() => {
-                    self.lanes.lock().expect("lanes lock").remove(&key);
+                    forget(&mut self.lanes.lock().expect("lanes lock"), &key);
                     break;
                 }
                 () = self.handle_with_retry(&next, &stop) => {}
@@ -459,8 +468,33 @@ fn retry_delay(attempt: u32) -> Duration {
 
 #[cfg(test)]
 mod retry_tests {
-    use super::retry_delay;
+    use super::{Lane, forget, retry_delay};
+    use std::collections::HashMap;
     use std::time::Duration;
+
+    #[test]
+    fn the_lane_table_a_burst_grew_shrinks_as_its_lanes_end() {
+        let mut lanes: HashMap<String, Lane> = (0..10_000)
+            .map(|n| {
+                let lane = Lane {
+                    queue: Default::default(),
+                    running: None,
+                };
+                (format!("s{n}"), lane)
+            })
+            .collect();
+        let grown = lanes.capacity();
+        for n in 0..10_000 {
+            forget(&mut lanes, &format!("s{n}"));
+            assert!(!lanes.contains_key(&format!("s{n}")));
+        }
+        assert!(lanes.is_empty());
+        assert!(
+            lanes.capacity() <= 64,
+            "grown to {grown}, left at {}",
+            lanes.capacity()
+        );
+    }
 
     #[test]
     fn failed_turns_are_retried_soon_and_then_every_five_seconds() {
