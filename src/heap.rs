@@ -155,6 +155,20 @@ const FILE_SLACK: u64 = 4 << 20;
 /// Once a burst is over (a trim is due), file pages this far above that are let go too.
 const QUIET_FILE_SLACK: u64 = 1 << 20;
 
+/// Shrink a table a burst grew once it is mostly empty (fewer entries than an eighth of
+/// its capacity, which is above `floor`), to twice its entries: kept at its burst size it
+/// holds pages of the burst's heap that no trim can hand back. The hysteresis keeps a
+/// steady service from rehashing on every removal.
+pub fn shrink_sparse<K: Eq + std::hash::Hash, V>(
+    map: &mut std::collections::HashMap<K, V>,
+    floor: usize,
+) {
+    if map.capacity() > floor && map.len() * 8 < map.capacity() {
+        let keep = map.len() * 2;
+        map.shrink_to(keep);
+    }
+}
+
 /// What to let go before a trim: caches a burst filled (the store's), as a future.
 pub type Release = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 

@@ -35,12 +35,10 @@ struct Lane {
 }
 
 /// Drop a finished lane. A table a burst grew (thousands of sessions at once) is not kept
-/// at its size once the burst is over: it would hold a page of the burst's heap.
+/// at its size once the burst is over.
 fn forget(lanes: &mut HashMap<String, Lane>, key: &str) {
     lanes.remove(key);
-    if lanes.capacity() > 64 && lanes.len() * 8 < lanes.capacity() {
-        lanes.shrink_to(lanes.len() * 2);
-    }
+    crate::heap::shrink_sparse(lanes, 64);
 }
 
 struct Inner {

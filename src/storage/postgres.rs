@@ -37,9 +37,7 @@ impl PostgresStore {
         MIGRATOR.run(&self.write).await?;
         Ok(())
     }
-}
 
-impl PostgresStore {
     /// Nothing: the server holds PostgreSQL's caches, not this process.
     pub(super) async fn release_idle_memory(&self) {}
 }

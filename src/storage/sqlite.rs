@@ -39,9 +39,7 @@ impl SqliteStore {
         let read = SqliteConns::new(options, 4, false).await?;
         Ok(SqliteStore { write, read })
     }
-}
 
-impl SqliteStore {
     /// Hand back what the connections cache: idle connections' page caches.
     pub(super) async fn release_idle_memory(&self) {
         self.write.shrink_idle().await;

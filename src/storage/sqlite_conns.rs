@@ -104,9 +104,7 @@ impl SqliteConns {
             open: true,
         })
     }
-}
 
-impl SqliteConns {
     /// Let the idle connections' page caches go (`PRAGMA shrink_memory`): a burst fills
     /// them (a few MB) and SQLite keeps the pages for as long as the connection lives.
     /// Connections in use are left alone; the next statements read pages back as needed.

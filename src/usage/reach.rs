@@ -128,10 +128,7 @@ impl Reach {
         if map.get(&origin).is_some_and(|counts| counts.taken == 0) {
             map.remove(&origin);
             // A table grown by a burst is not kept at its size once the burst is over.
-            if map.capacity() > REMEMBERED && map.len() * 8 < map.capacity() {
-                let keep = map.len() * 2;
-                map.shrink_to(keep);
-            }
+            crate::heap::shrink_sparse(&mut map, REMEMBERED);
         }
     }
 

@@ -9,8 +9,9 @@
 //! turn (a 500's back-off) to end. The first message of each conversation spawns a
 //! subagent, so kills also land on running children: each is announced exactly once
 //! (resumed and done, or given up after three starts) and its outcome answered once; a
-//! conversation whose first message was given up before the spawn has none. On SQLite with one process and on PostgreSQL with two, one of them killed
-//! repeatedly. A report line gives the figures.
+//! conversation whose first message was given up before the spawn has none. On SQLite
+//! with one process and on PostgreSQL with two, one of them killed repeatedly. A report
+//! line gives the figures.
 
 use crate::common::llm::{Behaviour, LlmStandIn, last_user, tool_results};
 use crate::common::pg::fresh_database;
@@ -271,11 +272,7 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
          children's model calls {} (with retries and steps redone after a kill), \
          model calls {}, callback attempts {}",
         replies.len(),
-        bodies
-            .iter()
-            .filter(|b| b["kind"] == "error"
-                && b["text"].as_str().is_some_and(|t| t.contains("given up")))
-            .count(),
+        bodies.iter().filter(|b| given_up(b)).count(),
         distinct.len(),
         longest_gap.as_secs_f64(),
         announcements.len(),
@@ -296,12 +293,12 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     assert_eq!(duplicates, 0, "messages answered twice");
     // A conversation's child is announced unless its first message was given up before the
     // spawn (three kills during that turn: the poison-message rule, answered with an error).
-    let given_up = given_up_first(&bodies);
+    let first_given_up = given_up_first(&bodies);
     let announced: HashSet<&str> = announcements.keys().map(|(c, _)| c.as_str()).collect();
     for c in 0..conversations {
         let conversation = format!("chaos-{c}");
         assert!(
-            announced.contains(conversation.as_str()) || given_up.contains(&conversation),
+            announced.contains(conversation.as_str()) || first_given_up.contains(&conversation),
             "{conversation}'s child never announced: {announcements:?}"
         );
     }
@@ -335,15 +332,19 @@ async fn chaos(cfg_for: impl Fn(&str) -> String, processes: usize, label: &str) 
     Report { sent, kills }
 }
 
-/// Conversations whose first message was given up (its turn was running at three kills).
+/// A bot message answering a message given up (its turn was running at three kills).
+fn given_up(body: &Value) -> bool {
+    body["kind"] == "error"
+        && body["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("given up"))
+}
+
+/// Conversations whose first message was given up.
 fn given_up_first(bodies: &[Value]) -> HashSet<String> {
     bodies
         .iter()
-        .filter(|b| {
-            b["kind"] == "error"
-                && b["in_reply_to"] == "m0"
-                && b["text"].as_str().is_some_and(|t| t.contains("given up"))
-        })
+        .filter(|b| given_up(b) && b["in_reply_to"] == "m0")
         .filter_map(|b| b["conversation_id"].as_str().map(str::to_string))
         .collect()
 }
