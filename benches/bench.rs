@@ -196,6 +196,13 @@ async fn main() {
         }
     }
     let (child, dir, base) = kept.expect("at least one run");
+    // `--throughput-only`: start-up, idle and turns/s only (an A/B of a per-turn change).
+    if flag("--throughput-only") {
+        stop(child);
+        drop(dir);
+        figures.print();
+        return;
+    }
 
     // 3. Cost as history grows: one session, sequential turns.
     let mut latencies = Vec::with_capacity(history);

@@ -17,6 +17,11 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_)) {
+        // Before any thread starts: the service runs with glibc's per-thread caches off
+        // (memory after a burst goes back; src/heap.rs). May start the program again.
+        ferroclaw::heap::without_thread_caches();
+    }
     if let Command::PdfText {
         memory_bytes,
         cpu_secs,

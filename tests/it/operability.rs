@@ -373,3 +373,64 @@ async fn the_status_page_shows_a_running_subagent_tree_in_a_real_browser() {
         "it refreshes itself"
     );
 }
+
+/// The service runs with glibc's per-thread caches off (memory after a burst goes back,
+/// src/heap.rs): it starts itself again once with `GLIBC_TUNABLES` naming
+/// `tcache_count=0` beside what the operator set, and the programs it starts (an MCP
+/// server here) see the operator's variable as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_service_runs_without_thread_caches_and_its_children_see_the_operators_tunables() {
+    let llm = LlmStandIn::echo().await;
+    let probe = tempfile::tempdir().unwrap();
+    let seen = probe.path().join("env");
+    let work = Workdir::new(&config_with_llm(
+        &llm.url,
+        &format!(
+            "[mcp.servers.probe]\ncommand = \"/bin/sh\"\nargs = [\"-c\", \"env > {}.part && mv {}.part {}; sleep 30\"]\n",
+            seen.display(),
+            seen.display(),
+            seen.display()
+        ),
+    ));
+    let operators = "glibc.malloc.arena_max=4";
+    let service = Service::start(&work, &[("GLIBC_TUNABLES", operators)]).await;
+    // The started-again process's first environment (glibc's loader splits the tunables'
+    // text where it parses it, so it is searched as bytes).
+    let environ = std::fs::read(format!("/proc/{}/environ", service.pid())).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains("glibc.malloc.tcache_count=0")
+            && environ.contains(&format!("FERROCLAW_GLIBC_TUNABLES_BEFORE={operators}\0")),
+        "the service was not started again with the caches off: {environ:?}"
+    );
+    wait_for(
+        "the MCP server to write its environment",
+        Duration::from_secs(20),
+        || {
+            let seen = seen.clone();
+            async move { seen.exists().then_some(()) }
+        },
+    )
+    .await;
+    let child = std::fs::read_to_string(&seen).unwrap();
+    let tunables: Vec<&str> = child
+        .lines()
+        .filter(|l| l.starts_with("GLIBC_TUNABLES=") || l.starts_with("FERROCLAW_GLIBC"))
+        .collect();
+    assert_eq!(tunables, [format!("GLIBC_TUNABLES={operators}")]);
+    // An operator who chose the caches' size keeps it, and nothing is started again.
+    let (code, _) = service.terminate().await;
+    assert_eq!(code, Some(0));
+    let chosen = "glibc.malloc.tcache_count=3";
+    let service = Service::start(&work, &[("GLIBC_TUNABLES", chosen)]).await;
+    let environ = std::fs::read(format!("/proc/{}/environ", service.pid())).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains(&format!("GLIBC_TUNABLES={chosen}\0")),
+        "{environ}"
+    );
+    assert!(
+        !environ.contains("FERROCLAW_GLIBC_TUNABLES_BEFORE"),
+        "{environ}"
+    );
+}
