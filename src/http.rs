@@ -209,10 +209,7 @@ impl Transport {
                     // Known to speak HTTP/2: asked for it alone (ALPN `h2`), so each
                     // connection is opened once, however many calls arrive together.
                     SPEAKS_H2 => multiplexed(),
-                    _ => {
-                        static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
-                        spread(&SHARDS, alpn_client)
-                    }
+                    _ => spread(&ALPN_SHARDS, alpn_client),
                 };
                 lease.learns = Some(learned.clone());
                 lease
@@ -251,8 +248,29 @@ fn alpn_client() -> reqwest::Client {
 /// per call with its buffers: about 24 KB each, measured) without queueing behind one
 /// connection's stream limit. Built when such a provider is first called.
 fn multiplexed() -> Lease {
-    static SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
-    spread(&SHARDS, h2_client)
+    spread(&H2_SHARDS, h2_client)
+}
+
+/// The clients of providers not yet heard from (HTTP/2 or HTTP/1.1 by ALPN).
+static ALPN_SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
+/// The HTTP/2 clients.
+static H2_SHARDS: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
+
+/// Let go of the clients a burst opened once they carry no call (each its pool, connection
+/// state and buffers: a hundred of them after 10,000 calls, scattered over the burst's
+/// heap), keeping the first of each kind for the calls to come. Run before the heap is
+/// trimmed after a burst.
+pub fn release_idle_clients() {
+    release_idle(&ALPN_SHARDS);
+    release_idle(&H2_SHARDS);
+}
+
+fn release_idle(shards: &Mutex<Vec<Shard>>) {
+    let mut shards = shards.lock().expect("shards lock");
+    let mut first = true;
+    // A lease is only taken under this lock, so a shard carrying nothing now has none.
+    shards.retain(|s| std::mem::take(&mut first) || s.carried.load(Ordering::Acquire) > 0);
+    shards.shrink_to_fit();
 }
 
 /// A lease on the first of `shards` carrying fewer than [`STREAMS_PER_CONNECTION`] calls, on
@@ -343,6 +361,32 @@ mod tests {
         later.unreachable();
         drop(later);
         assert_eq!(spoken(&h2), UNKNOWN, "could not connect: asked again");
+    }
+
+    #[test]
+    fn a_bursts_clients_go_once_they_carry_nothing_and_the_first_stays() {
+        let shards = Mutex::new(Vec::new());
+        let mut leases: Vec<Lease> = (0..=2 * STREAMS_PER_CONNECTION)
+            .map(|_| spread(&shards, h2_client))
+            .collect();
+        assert_eq!(shards.lock().unwrap().len(), 3);
+        let on_the_third = leases.pop().unwrap();
+        drop(leases);
+        release_idle(&shards);
+        assert_eq!(
+            shards.lock().unwrap().len(),
+            2,
+            "the first kept, the one carrying a call kept"
+        );
+        drop(on_the_third);
+        release_idle(&shards);
+        assert_eq!(shards.lock().unwrap().len(), 1);
+        // The next call goes on the kept one, and a burst opens new ones again.
+        let next: Vec<Lease> = (0..=STREAMS_PER_CONNECTION)
+            .map(|_| spread(&shards, h2_client))
+            .collect();
+        assert_eq!(shards.lock().unwrap().len(), 2);
+        drop(next);
     }
 
     fn spoken(transport: &Transport) -> u8 {

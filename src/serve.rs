@@ -86,14 +86,17 @@ pub async fn run(loaded: &LoadedConfig) -> anyhow::Result<()> {
             led,
         },
     );
-    // Freed heap handed back after a burst (glibc keeps it otherwise), the store's caches
-    // let go first.
+    // Freed heap handed back after a burst (glibc keeps it otherwise), the model clients
+    // the burst opened and the store's caches let go first.
     let store = app.store.clone();
     channel_tasks.spawn(crate::heap::run(
         stopping.clone(),
         Box::new(move || {
             let store = store.clone();
-            Box::pin(async move { store.release_memory().await })
+            Box::pin(async move {
+                crate::http::release_idle_clients();
+                store.release_memory().await
+            })
         }),
     ));
     // Followers show the leader's view of the channels it receives for (only PostgreSQL
