@@ -76,8 +76,8 @@ mod tunables {
 /// sit on: after a burst those few hundred chunks per thread, scattered over the burst's
 /// heap, kept about 7 MB resident (10,000 calls in flight: 23 MB 30 s after with the
 /// caches, 15 MB without; turns/s and CPU per turn alike, README, Benchmarks). glibc reads
-/// the setting only when a process starts, hence the re-exec (same process id, arguments
-/// and environment; it costs start-up about a millisecond). An operator's own
+/// the setting only when a process starts, hence the re-exec (same process id, name,
+/// arguments and environment; it costs start-up a second program load, 2–3 ms). An operator's own
 /// `GLIBC_TUNABLES` naming `tcache_count` is kept; the re-executed process puts the
 /// variable back as it was, so the programs it starts (MCP servers, hooks, the sandbox's
 /// shell) run with the operator's environment. Call first thing in `main`, before any
@@ -91,10 +91,16 @@ pub fn without_thread_caches() {
     let before = std::env::var_os(TUNABLES_BEFORE).map(|v| v.to_string_lossy().into_owned());
     match tuning(tunables, before) {
         Tuning::Reexec { value, before } => {
+            // The program's own path, not `/proc/self/exe`: the process keeps its name
+            // (`ps`, `top`, `pgrep ferroclaw` show it, not `exe`). A binary replaced on disk
+            // since it started reads as `… (deleted)` and the exec fails.
+            let Ok(program) = std::env::current_exe() else {
+                return;
+            };
             let mut args = std::env::args_os();
             let arg0 = args.next().unwrap_or_default();
             // Returns only if the exec failed: the program goes on with the caches on.
-            let _ = std::process::Command::new("/proc/self/exe")
+            let _ = std::process::Command::new(program)
                 .arg0(arg0)
                 .args(args)
                 .env(TUNABLES, value)

@@ -403,6 +403,9 @@ async fn the_service_runs_without_thread_caches_and_its_children_see_the_operato
             && environ.contains(&format!("FERROCLAW_GLIBC_TUNABLES_BEFORE={operators}\0")),
         "the service was not started again with the caches off: {environ:?}"
     );
+    // Started again as itself: `ps`, `top` and `pgrep ferroclaw` still name it.
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", service.pid())).unwrap();
+    assert_eq!(comm.trim(), "ferroclaw");
     wait_for(
         "the MCP server to write its environment",
         Duration::from_secs(20),
