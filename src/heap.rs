@@ -85,7 +85,6 @@ mod tunables {
 #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
 #[allow(unsafe_code)] // see `trim`
 pub fn without_thread_caches() {
-    use std::os::unix::process::CommandExt;
     use tunables::{TUNABLES, TUNABLES_BEFORE, Tuning, tuning};
     let tunables = std::env::var_os(TUNABLES).map(|v| v.into_string().map_err(|_| ()));
     let before = std::env::var_os(TUNABLES_BEFORE).map(|v| v.to_string_lossy().into_owned());
@@ -94,18 +93,9 @@ pub fn without_thread_caches() {
             // The program's own path, not `/proc/self/exe`: the process keeps its name
             // (`ps`, `top`, `pgrep ferroclaw` show it, not `exe`). A binary replaced on disk
             // since it started reads as `… (deleted)` and the exec fails.
-            let Ok(program) = std::env::current_exe() else {
-                return;
-            };
-            let mut args = std::env::args_os();
-            let arg0 = args.next().unwrap_or_default();
-            // Returns only if the exec failed: the program goes on with the caches on.
-            let _ = std::process::Command::new(program)
-                .arg0(arg0)
-                .args(args)
-                .env(TUNABLES, value)
-                .env(TUNABLES_BEFORE, before)
-                .exec();
+            if let Ok(program) = std::env::current_exe() {
+                start_again(&program, &value, &before);
+            }
         }
         Tuning::Restore(before) => {
             // SAFETY: called first thing in `main`, before any thread exists (the contract
@@ -124,6 +114,31 @@ pub fn without_thread_caches() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc"))))]
 pub fn without_thread_caches() {}
+
+/// Replace this process with `program`, same arguments, `GLIBC_TUNABLES` set to `value` and
+/// the operator's (`before`) remembered. Returns only if the exec failed, with the process
+/// as it was: the program goes on with the caches on.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
+#[allow(unsafe_code)] // see `trim`
+fn start_again(program: &std::path::Path, value: &str, before: &str) {
+    use std::os::unix::process::CommandExt;
+    use tunables::{TUNABLES, TUNABLES_BEFORE};
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_default();
+    let _ = std::process::Command::new(program)
+        .arg0(arg0)
+        .args(args)
+        .env(TUNABLES, value)
+        .env(TUNABLES_BEFORE, before)
+        .exec();
+    // std reset SIGPIPE to its default (death) for the program it meant to start; put back
+    // what std gives every Rust program, so a write to a closed pipe or socket is an error,
+    // not the end of the service.
+    // SAFETY: `signal` with a constant disposition and no pointer.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
 
 /// How often resident memory is looked at.
 const EVERY: Duration = Duration::from_secs(5);
@@ -398,6 +413,25 @@ Swap:                  4 kB
 ";
 
     const MB: u64 = 1 << 20;
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
+    #[allow(unsafe_code)] // reads SIGPIPE's disposition back
+    fn a_failed_restart_leaves_the_process_as_it_was() {
+        start_again(
+            std::path::Path::new("/nonexistent/ferroclaw"),
+            "glibc.malloc.tcache_count=0",
+            "",
+        );
+        // SAFETY: `sigaction` with a null new action only reads the current one into a
+        // zeroed struct owned here.
+        let ignored = unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut current);
+            current.sa_sigaction == libc::SIG_IGN
+        };
+        assert!(ignored, "SIGPIPE must stay ignored after a failed exec");
+    }
 
     #[test]
     fn the_thread_caches_are_turned_off_once_and_an_operators_choice_is_kept() {
