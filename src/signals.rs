@@ -68,6 +68,32 @@ pub fn start(
     (Signals { tx }, run(url, origin, rx, cancel, heard))
 }
 
+/// The most signals one NOTIFY statement carries.
+const MAX_BATCH: usize = 64;
+
+/// `first` and whatever else is queued already (at most [`MAX_BATCH`]), each once, in order,
+/// as notification payloads: under load a commit's outbox wake-up is queued many times
+/// while one NOTIFY is under way, and one statement then carries them all.
+fn batch(first: Signal, queued: &mut mpsc::UnboundedReceiver<Signal>, origin: &str) -> Vec<String> {
+    let mut signals = vec![first];
+    while signals.len() < MAX_BATCH {
+        let Ok(signal) = queued.try_recv() else { break };
+        if !signals.contains(&signal) {
+            signals.push(signal);
+        }
+    }
+    signals
+        .into_iter()
+        .map(|signal| {
+            serde_json::to_string(&Envelope {
+                origin: origin.to_string(),
+                signal,
+            })
+            .expect("plain data serialises")
+        })
+        .collect()
+}
+
 async fn run(
     url: String,
     origin: String,
@@ -106,11 +132,10 @@ async fn run(
                 _ = cancel.cancelled() => return,
                 next = outgoing.recv() => {
                     let Some(signal) = next else { return };
-                    let payload = serde_json::to_string(&Envelope { origin: origin.clone(), signal })
-                        .expect("plain data serialises");
-                    if let Err(err) = sqlx::query("SELECT pg_notify($1, $2)")
+                    let payloads = batch(signal, &mut outgoing, &origin);
+                    if let Err(err) = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
                         .bind(CHANNEL)
-                        .bind(payload)
+                        .bind(payloads)
                         .execute(&pool)
                         .await
                     {
@@ -132,5 +157,42 @@ async fn run(
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queued_signals_go_in_one_batch_each_once_in_order() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let outbox = |channel: &str| Signal::Outbox {
+            channel: channel.to_string(),
+        };
+        for signal in [outbox("telegram"), outbox("webhook"), outbox("telegram")] {
+            tx.send(signal).unwrap();
+        }
+        for n in 0..MAX_BATCH + 5 {
+            tx.send(Signal::Approval { id: n.to_string() }).unwrap();
+        }
+        let payloads = batch(outbox("webhook"), &mut rx, "me");
+        assert_eq!(payloads.len(), MAX_BATCH);
+        let first: Vec<Envelope> = payloads[..3]
+            .iter()
+            .map(|p| serde_json::from_str(p).unwrap())
+            .collect();
+        assert_eq!(
+            first.iter().map(|e| e.signal.clone()).collect::<Vec<_>>(),
+            [
+                outbox("webhook"),
+                outbox("telegram"),
+                Signal::Approval { id: "0".into() }
+            ]
+        );
+        assert!(first.iter().all(|e| e.origin == "me"));
+        // What did not fit stays queued for the next statement.
+        let rest = batch(rx.try_recv().unwrap(), &mut rx, "me");
+        assert_eq!(rest.len(), 7);
     }
 }

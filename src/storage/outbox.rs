@@ -102,7 +102,7 @@ macro_rules! rows {
                 E: sqlx::Executor<'c, Database = $db>,
             {
                 let mut insert = sqlx::QueryBuilder::<$db>::new("");
-                Self::push_outbound_insert(&mut insert, session_key, message, now_ms)?;
+                Self::push_outbound_insert(&mut insert, session_key, message, now_ms, None)?;
                 Ok(insert.build_query_scalar().fetch_one(executor).await?)
             }
 
@@ -113,6 +113,7 @@ macro_rules! rows {
                 session_key: &'a str,
                 message: &'a $crate::storage::NewOutbound,
                 now_ms: i64,
+                guard: Option<&'static str>,
             ) -> $crate::storage::StoreResult<()> {
                 let route = serde_json::to_string(&message.route)
                     .map_err(|e| $crate::storage::StoreError::Corrupt(e.to_string()))?;
@@ -120,6 +121,7 @@ macro_rules! rows {
                     "INSERT INTO outbox (session_key, channel, chat_id, thread_id, route, kind, text, \
                      in_reply_to, edit_of, created_at, file, approval) ",
                 );
+                $crate::storage::sql_text::open_guard(query, guard);
                 query.push_values([(message, route)], |mut row, (message, route)| {
                     row.push_bind(session_key)
                         .push_bind(&message.route.channel)
@@ -134,6 +136,7 @@ macro_rules! rows {
                         .push_bind(message.file.as_ref().map(|f| serde_json::to_string(f).expect("files serialise")))
                         .push_bind(message.approval.as_ref().map(|a| serde_json::to_string(a).expect("prompts serialise")));
                 });
+                $crate::storage::sql_text::close_guard(query, guard);
                 query.push(" RETURNING id");
                 Ok(())
             }

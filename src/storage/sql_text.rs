@@ -31,3 +31,40 @@ macro_rules! run_mail_insert {
 pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;
 pub(crate) use run_mail_insert;
+
+/// Rows inserted by `VALUES …` only when the data-modifying CTE `guard` returned a row:
+/// `open_guard`, the `VALUES` list, then `close_guard` (PostgreSQL's one-statement turn
+/// commit writes nothing for a turn answered already). `None` leaves the insert as it is.
+pub(crate) fn open_guard<DB: sqlx::Database>(
+    query: &mut sqlx::QueryBuilder<'_, DB>,
+    guard: Option<&str>,
+) {
+    if guard.is_some() {
+        query.push("SELECT * FROM (");
+    }
+}
+
+/// The end of `open_guard`'s insert.
+pub(crate) fn close_guard<DB: sqlx::Database>(
+    query: &mut sqlx::QueryBuilder<'_, DB>,
+    guard: Option<&str>,
+) {
+    if guard.is_some() {
+        query.push(") AS v WHERE TRUE");
+        where_guard(query, guard);
+    }
+}
+
+/// An UPDATE's or DELETE's WHERE clause narrowed to run only when the CTE `guard` returned a
+/// row.
+pub(crate) fn where_guard<DB: sqlx::Database>(
+    query: &mut sqlx::QueryBuilder<'_, DB>,
+    guard: Option<&str>,
+) {
+    if let Some(guard) = guard {
+        query
+            .push(" AND EXISTS (SELECT 1 FROM ")
+            .push(guard)
+            .push(")");
+    }
+}

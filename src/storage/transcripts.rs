@@ -27,12 +27,15 @@ pub trait TranscriptStore: Send + Sync {
 macro_rules! parts {
     ($store:ty, $db:ty) => {
         impl $store {
-            /// One statement of a turn's commit, onto `query`.
+            /// One statement of a turn's commit, onto `query`; with `guard`, the statement
+            /// changes nothing unless that CTE (the answered-mark) returned a row.
             fn push_turn_part<'a>(
                 query: &mut sqlx::QueryBuilder<'a, $db>,
                 turn: &'a $crate::storage::TurnCommit,
                 part: TurnPart,
+                guard: Option<&'static str>,
             ) -> $crate::storage::StoreResult<()> {
+                use $crate::storage::sql_text::{close_guard, open_guard, where_guard};
                 match part {
                     TurnPart::Answered(journal_id) => {
                         // Returns the id only when it was still pending (else the turn was
@@ -53,12 +56,14 @@ macro_rules! parts {
                         query
                             .push("DELETE FROM tool_effects WHERE turn_key = ")
                             .push_bind($crate::storage::effects_key(journal_id));
+                        where_guard(query, guard);
                     }
                     TurnPart::ClearRunEffects => {
                         let (run_id, step) = turn.run_step.as_ref().expect("a run's step");
                         query
                             .push("DELETE FROM tool_effects WHERE turn_key = ")
                             .push_bind($crate::storage::run_effects_key(run_id, *step));
+                        where_guard(query, guard);
                     }
                     TurnPart::RunStepDone => {
                         let (run_id, step) = turn.run_step.as_ref().expect("a run's step");
@@ -67,12 +72,14 @@ macro_rules! parts {
                             .push_bind(run_id)
                             .push(" AND step = ")
                             .push_bind(*step);
+                        where_guard(query, guard);
                     }
                     TurnPart::Entries => {
                         query.push(
                             "INSERT INTO transcript (session_key, epoch, role, content, tool_calls, tool_call_id, model, \
                              tokens_in, tokens_out, created_at) ",
                         );
+                        open_guard(query, guard);
                         query.push_values(&turn.entries, |mut row, entry| {
                             row.push_bind(&turn.session_key)
                                 .push_bind(turn.epoch)
@@ -85,9 +92,10 @@ macro_rules! parts {
                                 .push_bind(entry.tokens_out)
                                 .push_bind(turn.now_ms);
                         });
+                        close_guard(query, guard);
                     }
                     TurnPart::Outbound(i) => {
-                        Self::push_outbound_insert(query, &turn.session_key, &turn.outbound[i], turn.now_ms)?;
+                        Self::push_outbound_insert(query, &turn.session_key, &turn.outbound[i], turn.now_ms, guard)?;
                     }
                     TurnPart::Totals => {
                         query
@@ -101,6 +109,7 @@ macro_rules! parts {
                             .push_bind(turn.now_ms)
                             .push(" WHERE key = ")
                             .push_bind(&turn.session_key);
+                        where_guard(query, guard);
                     }
                 }
                 Ok(())
@@ -220,7 +229,7 @@ impl super::SqliteStore {
             if n > 0 {
                 batch.push("; ");
             }
-            Self::push_turn_part(&mut batch, turn, *part)?;
+            Self::push_turn_part(&mut batch, turn, *part, None)?;
         }
         let returned = batch.build_query_scalar().fetch_all(&mut *tx).await?;
         match returned_ids(turn, returned) {
@@ -237,37 +246,59 @@ impl super::SqliteStore {
 }
 
 impl super::PostgresStore {
-    /// The turn's statements one by one in a transaction (the extended protocol takes one
-    /// statement at a time).
+    /// The turn's statements as one statement of data-modifying CTEs, so one round trip and
+    /// atomic without a transaction (BEGIN, a statement per part and COMMIT kept a backend
+    /// idle in its transaction for each round trip, which two instances on one server waited
+    /// on). Every part but the answered-mark is guarded by it: a turn answered already
+    /// writes nothing. Rows come back as (part, id): 0 the answered-mark, k + 1 the k-th
+    /// outbox row.
     async fn commit_parts(&self, turn: &TurnCommit, parts: &[TurnPart]) -> StoreResult<Vec<i64>> {
-        let mut tx = self.write.begin().await?;
-        let mut returned = Vec::with_capacity(turn.outbound.len() + 1);
-        for part in parts {
-            let mut statement = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
-            Self::push_turn_part(&mut statement, turn, *part)?;
+        const ANSWERED: &str = "answered";
+        let guard = turn.journal_id.map(|_| ANSWERED);
+        let mut statement = sqlx::QueryBuilder::<sqlx::Postgres>::new("WITH ");
+        let mut selects = Vec::with_capacity(turn.outbound.len() + 1);
+        for (n, part) in parts.iter().enumerate() {
+            if n > 0 {
+                statement.push(", ");
+            }
             match part {
-                TurnPart::Answered(id) => {
-                    let marked: Option<i64> = statement
-                        .build_query_scalar()
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    if marked.is_none() {
-                        // Nothing written yet; the transaction rolls back on drop.
-                        return Err(StoreError::AlreadyAnswered(*id));
-                    }
-                    returned.push(*id);
+                TurnPart::Answered(_) => {
+                    statement.push(ANSWERED);
+                    selects.push(format!("SELECT 0::int4 AS part, id FROM {ANSWERED}"));
                 }
-                TurnPart::Outbound(_) => {
-                    returned.push(statement.build_query_scalar().fetch_one(&mut *tx).await?)
+                TurnPart::Outbound(k) => {
+                    statement.push(format_args!("o{k}"));
+                    selects.push(format!("SELECT {}::int4, id FROM o{k}", k + 1));
                 }
                 _ => {
-                    statement.build().execute(&mut *tx).await?;
+                    statement.push(format_args!("p{n}"));
                 }
             }
+            statement.push(" AS (");
+            let guard = if matches!(part, TurnPart::Answered(_)) {
+                None
+            } else {
+                guard
+            };
+            Self::push_turn_part(&mut statement, turn, *part, guard)?;
+            statement.push(")");
         }
-        let ids = returned_ids(turn, returned)?;
-        tx.commit().await?;
-        Ok(ids)
+        if selects.is_empty() {
+            statement.push(" SELECT 0::int4 AS part, 0::int8 AS id WHERE false");
+        } else {
+            statement
+                .push(" ")
+                .push(selects.join(" UNION ALL "))
+                .push(" ORDER BY part");
+        }
+        let rows: Vec<(i32, i64)> = statement.build_query_as().fetch_all(&self.write).await?;
+        if let Some(journal_id) = turn.journal_id
+            && rows.first().is_none_or(|(part, _)| *part != 0)
+        {
+            return Err(StoreError::AlreadyAnswered(journal_id));
+        }
+        let returned = rows.into_iter().map(|(_, id)| id).collect();
+        returned_ids(turn, returned)
     }
 }
 
