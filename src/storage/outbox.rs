@@ -106,8 +106,9 @@ macro_rules! rows {
                 Ok(insert.build_query_scalar().fetch_one(executor).await?)
             }
 
-            /// One outbox row's `INSERT … RETURNING id`, onto `query` (alone, or one statement
-            /// of a SQLite batch).
+            /// One outbox row's `INSERT … RETURNING id`, onto `query` (alone, one statement of
+            /// a SQLite batch, or one CTE of PostgreSQL's turn commit, where `guard` names the
+            /// CTE that must have returned a row for the row to be inserted).
             pub(in crate::storage) fn push_outbound_insert<'a>(
                 query: &mut sqlx::QueryBuilder<'a, $db>,
                 session_key: &'a str,

@@ -251,7 +251,9 @@ impl super::PostgresStore {
     /// idle in its transaction for each round trip, which two instances on one server waited
     /// on). Every part but the answered-mark is guarded by it: a turn answered already
     /// writes nothing. Rows come back as (part, id): 0 the answered-mark, k + 1 the k-th
-    /// outbox row.
+    /// outbox row. The statement has committed when the rows are checked, so the count check
+    /// in `returned_ids` reports a mismatch (each guarded insert returns exactly one row) but
+    /// no longer undoes it, as the transaction did.
     async fn commit_parts(&self, turn: &TurnCommit, parts: &[TurnPart]) -> StoreResult<Vec<i64>> {
         const ANSWERED: &str = "answered";
         let guard = turn.journal_id.map(|_| ANSWERED);
