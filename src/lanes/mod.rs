@@ -13,7 +13,7 @@ mod handler;
 pub use answered::TurnWatch;
 pub use handler::{MAX_TURN_ATTEMPTS, TurnHandler};
 
-use crate::storage::{JournalEntry, JournalState, Store};
+use crate::storage::{JournalEntry, LaneClaim, Store};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +32,15 @@ struct Lane {
     queue: VecDeque<JournalEntry>,
     /// Stops the running turn (`/stop`).
     running: Option<CancellationToken>,
+}
+
+/// How a leased lane's work on the journal ended.
+enum Worked {
+    /// Nothing was pending: the lease was given up with that read.
+    Released,
+    /// Stopped with the lease still held: shutting down, the journal unreadable, or an entry
+    /// still pending after its attempts. The lane is dropped; a sweep takes the session later.
+    Held,
 }
 
 /// Drop a finished lane. A table a burst grew (thousands of sessions at once) is not kept
@@ -235,24 +244,29 @@ impl Inner {
     }
 
     /// Leased mode: hold the session's lease (renewed while working), run its pending
-    /// journal entries in order, release it; take again what arrived meanwhile.
+    /// journal entries in order, release it; take again what was queued here meanwhile.
     async fn run_leased_lane(self: &Arc<Self>, key: String) {
         let leases = self.leases.as_ref().expect("leased mode");
         let ttl_ms = leases.ttl.as_millis() as i64;
         loop {
             let now = crate::clock::now_ms();
-            let held = leases
+            let first = match leases
                 .store
-                .lease_claim(&key, &leases.owner, now, now + ttl_ms)
-                .await;
-            if !matches!(held, Ok(true)) {
-                if let Err(err) = held {
-                    tracing::warn!(session = %key, error = %err, "could not claim a session lease");
-                }
+                .lease_claim_next(&key, &leases.owner, now, now + ttl_ms)
+                .await
+            {
+                Ok(LaneClaim::Held(first)) => first.map(|entry| *entry),
                 // Another process works it (from the journal) or the sweep retries.
-                self.drop_lane(&key);
-                return;
-            }
+                Ok(LaneClaim::NotHeld) => {
+                    self.drop_lane(&key);
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(session = %key, error = %err, "could not claim a session lease");
+                    self.drop_lane(&key);
+                    return;
+                }
+            };
             let beat = CancellationToken::new();
             let heartbeat = {
                 let (beat, store, owner) =
@@ -271,20 +285,19 @@ impl Inner {
                     }
                 })
             };
-            let stuck = self.work_journal(&key, leases).await;
+            let worked = self.work_journal(&key, leases, first).await;
             beat.cancel();
             let _ = heartbeat.await;
-            if let Err(err) = leases.store.lease_release(&key, &leases.owner).await {
-                tracing::warn!(session = %key, error = %err, "could not release a session lease");
-            }
-            if stuck || self.cancel.is_cancelled() || self.closing.load(Ordering::Acquire) {
+            let Worked::Released = worked else {
+                if let Err(err) = leases.store.lease_release(&key, &leases.owner).await {
+                    tracing::warn!(session = %key, error = %err, "could not release a session lease");
+                }
                 self.drop_lane(&key);
                 return;
-            }
-            // Journalled while we released it: take it again (or whoever claims first does).
-            if matches!(leases.store.journal_next(&key).await, Ok(Some(_))) {
-                continue;
-            }
+            };
+            // Released with nothing pending in the journal. What this process journalled
+            // meanwhile is in the local queue; another process's entry arriving later is
+            // claimed by its wake-up or the sweep.
             let mut lanes = self.lanes.lock().expect("lanes lock");
             match lanes.get(&key) {
                 Some(lane) if !lane.queue.is_empty() => continue,
@@ -296,21 +309,38 @@ impl Inner {
         }
     }
 
-    /// Run the session's pending entries in journal order while the lease is held. True
-    /// when an entry stays pending after its attempts (left for a later sweep).
-    async fn work_journal(self: &Arc<Self>, key: &str, leases: &Leases) -> bool {
+    /// Run the session's pending entries in journal order while the lease is held, starting
+    /// with `first` (read with the claim). Each step reads the next pending entry and gives
+    /// the lease up in the same statement when there is none.
+    async fn work_journal(
+        self: &Arc<Self>,
+        key: &str,
+        leases: &Leases,
+        first: Option<JournalEntry>,
+    ) -> Worked {
+        let mut found = first;
+        // The entry run last: read again as the next one, it is still pending after its
+        // attempts (left for a later sweep).
+        let mut ran: Option<i64> = None;
         loop {
             if self.cancel.is_cancelled() || self.closing.load(Ordering::Acquire) {
-                return false;
+                return Worked::Held;
             }
-            let next = match leases.store.journal_next(key).await {
-                Ok(Some(next)) => next,
-                Ok(None) => return false,
-                Err(err) => {
-                    tracing::warn!(session = %key, error = %err, "journal unreadable; the session is retried later");
-                    return true;
-                }
+            let next = match found.take() {
+                Some(next) => next,
+                None => match leases.store.lease_next_or_release(key, &leases.owner).await {
+                    Ok(Some(next)) => next,
+                    Ok(None) => return Worked::Released,
+                    Err(err) => {
+                        tracing::warn!(session = %key, error = %err, "journal unreadable; the session is retried later");
+                        return Worked::Held;
+                    }
+                },
             };
+            if ran == Some(next.id) {
+                return Worked::Held;
+            }
+            ran = Some(next.id);
             let stop = CancellationToken::new();
             let local = {
                 let mut lanes = self.lanes.lock().expect("lanes lock");
@@ -335,22 +365,16 @@ impl Inner {
                     Ok(false) => continue, // answered by the gate (refused, paired, /stop)
                     Err(err) => {
                         tracing::warn!(journal_id = entry.id, error = %err, "could not check a taken-over entry");
-                        return true;
+                        return Worked::Held;
                     }
                 }
             }
             tokio::select! {
-                _ = self.cancel.cancelled() => return false,
+                _ = self.cancel.cancelled() => return Worked::Held,
                 () = self.handle_with_retry(&entry, &stop) => {}
             }
             if let Some(lane) = self.lanes.lock().expect("lanes lock").get_mut(key) {
                 lane.running = None;
-            }
-            if matches!(
-                leases.store.journal_state(entry.id).await,
-                Ok(Some(JournalState::Pending))
-            ) {
-                return true;
             }
         }
     }

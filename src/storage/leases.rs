@@ -23,34 +23,85 @@ pub trait LeaseStore: Send + Sync {
     async fn lease_renew(&self, keys: &[String], owner: &str, until_ms: i64) -> StoreResult<()>;
     /// Give the lease up (only `owner`'s).
     async fn lease_release(&self, session_key: &str, owner: &str) -> StoreResult<()>;
+    /// A lane's start: [`lease_claim`](Self::lease_claim) and, when held, the session's
+    /// oldest pending entry, read together (one round trip on PostgreSQL).
+    async fn lease_claim_next(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<LaneClaim>;
+    /// A lane's step: the session's oldest pending entry, or, when none is pending, `owner`'s
+    /// lease given up (None), decided together so an entry pending at that moment is never
+    /// left with its lease released (one round trip on PostgreSQL).
+    async fn lease_next_or_release(
+        &self,
+        session_key: &str,
+        owner: &str,
+    ) -> StoreResult<Option<JournalEntry>>;
+}
+
+/// What [`LeaseStore::lease_claim_next`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LaneClaim {
+    /// Another process holds the lease.
+    NotHeld,
+    /// Held by the caller now, with the session's oldest pending entry if any.
+    Held(Option<Box<JournalEntry>>),
+}
+
+/// The claim's statement (`$1` session, `$2` owner, `$3` now, `$4` until).
+macro_rules! claim_sql {
+    () => {
+        "INSERT INTO session_leases (session_key, owner, expires_at) VALUES ($1, $2, $4) \
+         ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+         WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= $3 \
+         RETURNING owner"
+    };
+}
+
+/// The session's oldest pending entry (`$1` session).
+macro_rules! next_sql {
+    () => {
+        "SELECT id, session_key, payload FROM inbound \
+         WHERE session_key = $1 AND state = 'pending' ORDER BY id LIMIT 1"
+    };
 }
 
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::storage::LeaseStore for $store {
-            async fn lease_claim(&self, session_key: &str, owner: &str, now_ms: i64, until_ms: i64) -> $crate::storage::StoreResult<bool> {
+            async fn lease_claim(
+                &self,
+                session_key: &str,
+                owner: &str,
+                now_ms: i64,
+                until_ms: i64,
+            ) -> $crate::storage::StoreResult<bool> {
                 // A write with RETURNING: read with fetch_all (see the module note).
-                let held: Vec<String> = sqlx::query_scalar(
-                    "INSERT INTO session_leases (session_key, owner, expires_at) VALUES ($1, $2, $4) \
-                     ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
-                     WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= $3 \
-                     RETURNING owner",
-                )
-                .bind(session_key)
-                .bind(owner)
-                .bind(now_ms)
-                .bind(until_ms)
-                .fetch_all(&self.write)
-                .await?;
+                let held: Vec<String> = sqlx::query_scalar(claim_sql!())
+                    .bind(session_key)
+                    .bind(owner)
+                    .bind(now_ms)
+                    .bind(until_ms)
+                    .fetch_all(&self.write)
+                    .await?;
                 Ok(!held.is_empty())
             }
 
-            async fn lease_renew(&self, keys: &[String], owner: &str, until_ms: i64) -> $crate::storage::StoreResult<()> {
+            async fn lease_renew(
+                &self,
+                keys: &[String],
+                owner: &str,
+                until_ms: i64,
+            ) -> $crate::storage::StoreResult<()> {
                 if keys.is_empty() {
                     return Ok(());
                 }
-                let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE session_leases SET expires_at = ");
+                let mut update =
+                    sqlx::QueryBuilder::<$db>::new("UPDATE session_leases SET expires_at = ");
                 update.push_bind(until_ms);
                 update.push(" WHERE owner = ");
                 update.push_bind(owner);
@@ -64,7 +115,30 @@ macro_rules! sql {
                 Ok(())
             }
 
-            async fn lease_release(&self, session_key: &str, owner: &str) -> $crate::storage::StoreResult<()> {
+            async fn lease_claim_next(
+                &self,
+                session_key: &str,
+                owner: &str,
+                now_ms: i64,
+                until_ms: i64,
+            ) -> $crate::storage::StoreResult<LaneClaim> {
+                self.claim_with_next(session_key, owner, now_ms, until_ms)
+                    .await
+            }
+
+            async fn lease_next_or_release(
+                &self,
+                session_key: &str,
+                owner: &str,
+            ) -> $crate::storage::StoreResult<Option<JournalEntry>> {
+                self.next_or_release(session_key, owner).await
+            }
+
+            async fn lease_release(
+                &self,
+                session_key: &str,
+                owner: &str,
+            ) -> $crate::storage::StoreResult<()> {
                 sqlx::query("DELETE FROM session_leases WHERE session_key = $1 AND owner = $2")
                     .bind(session_key)
                     .bind(owner)
@@ -78,3 +152,99 @@ macro_rules! sql {
 
 sql!(super::SqliteStore, sqlx::Sqlite);
 sql!(super::PostgresStore, sqlx::Postgres);
+
+/// PostgreSQL: each a single statement of data-modifying CTEs, atomic without a transaction.
+impl PostgresStore {
+    async fn claim_with_next(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<LaneClaim> {
+        use sqlx::Row;
+        // No row: not held. One row: held, with the entry's columns NULL when none is pending.
+        let rows = sqlx::query(concat!(
+            "WITH claim AS (",
+            claim_sql!(),
+            ") SELECT n.id, n.session_key, n.payload FROM claim LEFT JOIN LATERAL (",
+            next_sql!(),
+            ") AS n ON true"
+        ))
+        .bind(session_key)
+        .bind(owner)
+        .bind(now_ms)
+        .bind(until_ms)
+        .fetch_all(&self.write)
+        .await?;
+        let Some(row) = rows.first() else {
+            return Ok(LaneClaim::NotHeld);
+        };
+        let next = match row.try_get::<Option<i64>, _>("id")? {
+            Some(_) => Some(Box::new(Self::decode_journal(row)?)),
+            None => None,
+        };
+        Ok(LaneClaim::Held(next))
+    }
+
+    async fn next_or_release(
+        &self,
+        session_key: &str,
+        owner: &str,
+    ) -> StoreResult<Option<JournalEntry>> {
+        // A data-modifying CTE runs whether or not the query reads it.
+        let rows = sqlx::query(concat!(
+            "WITH next AS (",
+            next_sql!(),
+            "), released AS (DELETE FROM session_leases WHERE session_key = $1 AND owner = $2 \
+             AND NOT EXISTS (SELECT 1 FROM next)) SELECT id, session_key, payload FROM next"
+        ))
+        .bind(session_key)
+        .bind(owner)
+        .fetch_all(&self.write)
+        .await?;
+        rows.first().map(Self::decode_journal).transpose()
+    }
+}
+
+/// SQLite (one process, one writer): the same decisions in two statements.
+impl SqliteStore {
+    async fn claim_with_next(
+        &self,
+        session_key: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> StoreResult<LaneClaim> {
+        if !self
+            .lease_claim(session_key, owner, now_ms, until_ms)
+            .await?
+        {
+            return Ok(LaneClaim::NotHeld);
+        }
+        Ok(LaneClaim::Held(
+            self.journal_next(session_key).await?.map(Box::new),
+        ))
+    }
+
+    async fn next_or_release(
+        &self,
+        session_key: &str,
+        owner: &str,
+    ) -> StoreResult<Option<JournalEntry>> {
+        let released = sqlx::query(
+            "DELETE FROM session_leases WHERE session_key = $1 AND owner = $2 AND NOT EXISTS \
+             (SELECT 1 FROM inbound WHERE session_key = $1 AND state = 'pending')",
+        )
+        .bind(session_key)
+        .bind(owner)
+        .execute(&self.write)
+        .await?
+        .rows_affected();
+        if released > 0 {
+            return Ok(None);
+        }
+        // Kept (something is pending), or not `owner`'s to give up.
+        self.journal_next(session_key).await
+    }
+}

@@ -164,9 +164,15 @@ macro_rules! sql {
                     return Ok(Vec::new());
                 }
                 // A word common in the scopes' newest rows is answered from them; only the
-                // others are looked up in the index (see `common_in_recent`).
+                // others are looked up in the index (see `common_in_recent`). Scopes holding
+                // fewer rows than the window came back whole: every word is answered from
+                // them and the index is not read at all (a new or small store).
                 let (mut found, rest) = if $recent_first {
-                    common_in_recent(self.memory_recent_each(scopes, RECENT_WINDOW).await?, terms, per_term)
+                    let recent = self.memory_recent_each(scopes, RECENT_WINDOW).await?;
+                    let whole = scopes.iter().all(|scope| {
+                        recent.iter().filter(|r| &r.scope == scope).count() < RECENT_WINDOW as usize
+                    });
+                    common_in_recent(recent, terms, per_term, whole)
                 } else {
                     (Vec::new(), (0..terms.len()).collect())
                 };
@@ -441,12 +447,18 @@ pub fn words_of(row: &MemoryRow) -> std::collections::HashSet<String> {
         .collect()
 }
 
-/// Terms found at least `per_term` times in `recent` (newest first): their newest `per_term`
-/// rows; and the indexes of the other terms, for the index.
+/// Terms found at least `per_term` times in `recent` (newest first), or any number of times
+/// when `recent` is `whole` (every row of the scopes): their newest `per_term` rows; and the
+/// indexes of the other terms, for the index (none when `whole`).
+///
+/// A word is matched against [`words_of`] a row, which splits where the index's parser may
+/// keep a token whole (`3.14`, `example.com`): read from here, such a row is found by its
+/// parts too.
 fn common_in_recent(
     recent: Vec<MemoryRow>,
     terms: &[String],
     per_term: i64,
+    whole: bool,
 ) -> (Vec<(usize, MemoryRow)>, Vec<usize>) {
     let words: Vec<std::collections::HashSet<String>> = recent.iter().map(words_of).collect();
     let mut found = Vec::new();
@@ -459,7 +471,7 @@ fn common_in_recent(
             .map(|(r, _)| r)
             .take(per_term.max(0) as usize)
             .collect();
-        if per_term > 0 && hits.len() as i64 >= per_term {
+        if per_term > 0 && (whole || hits.len() as i64 >= per_term) {
             found.extend(hits.into_iter().map(|r| (i, r.clone())));
         } else {
             rest.push(i);
@@ -560,7 +572,7 @@ mod tests {
             })
             .collect();
         let terms = ["coffee".to_string(), "tea".to_string(), "cocoa".to_string()];
-        let (found, rest) = common_in_recent(rows, &terms, 3);
+        let (found, rest) = common_in_recent(rows.clone(), &terms, 3, false);
         // "coffee": in rows 0, 1 (by its tag), 2 ... its newest three; "tea" too; "cocoa" never.
         let ids = |t: usize| -> Vec<i64> {
             found
@@ -573,9 +585,22 @@ mod tests {
         assert_eq!(ids(1), [99, 97, 95]);
         assert_eq!(rest, [2]);
         // Fewer than per_term: the index decides.
-        let (found, rest) = common_in_recent(Vec::new(), &terms, 3);
+        let (found, rest) = common_in_recent(Vec::new(), &terms, 3, false);
         assert!(found.is_empty());
         assert_eq!(rest, [0, 1, 2]);
+        // Unless the rows are all there are: then a word found fewer times, or never, is
+        // answered from them too.
+        let few: Vec<MemoryRow> = rows.into_iter().filter(|r| r.id <= 96).collect();
+        let (_, rest) = common_in_recent(few.clone(), &terms, 4, false);
+        assert_eq!(rest, [0, 1, 2], "three of each, fewer than per_term");
+        let (found, rest) = common_in_recent(few, &terms, 4, true);
+        assert_eq!(
+            found.iter().map(|(i, r)| (*i, r.id)).collect::<Vec<_>>(),
+            [(0, 96), (0, 94), (0, 92), (1, 95), (1, 93), (1, 91)]
+        );
+        assert!(rest.is_empty(), "the index is not read: {rest:?}");
+        let (found, rest) = common_in_recent(Vec::new(), &terms, 3, true);
+        assert!(found.is_empty() && rest.is_empty());
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
 use ferroclaw::storage::{
-    BudgetHold, JournalInsert, JournalState, NewMemory, NewOutbound, NewTranscriptEntry, NewUsage,
-    OutboxState, PairingState, PostgresStore, RateCheck, ReachCount, RunMode, RunRow, RunState,
-    SqliteStore, Store, StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
+    BudgetHold, JournalInsert, JournalState, LaneClaim, NewMemory, NewOutbound, NewTranscriptEntry,
+    NewUsage, OutboxState, PairingState, PostgresStore, RateCheck, ReachCount, RunMode, RunRow,
+    RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
     person_scope,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
@@ -978,6 +978,91 @@ async fn leases_have_one_holder_and_expire(store: &dyn Store) {
     );
 }
 
+/// A leased lane's two reads: the claim brings the oldest pending entry, and the step after a
+/// turn gives the lease up only when nothing is pending, in one decision.
+async fn a_lane_claims_with_its_next_entry_and_releases_only_when_idle(store: &dyn Store) {
+    let r = route("webhook:lane", "q", None);
+    let key = r.session_key();
+    assert_eq!(
+        store.lease_claim_next(&key, "a", 100, 200).await.unwrap(),
+        LaneClaim::Held(None),
+        "nothing pending: held, no entry"
+    );
+    assert_eq!(
+        store.lease_next_or_release(&key, "a").await.unwrap(),
+        None,
+        "nothing pending: given up"
+    );
+    assert_eq!(
+        store.lease_claim_next(&key, "b", 150, 250).await.unwrap(),
+        LaneClaim::Held(None),
+        "given up: free for another"
+    );
+    assert_eq!(
+        store.lease_claim_next(&key, "a", 160, 260).await.unwrap(),
+        LaneClaim::NotHeld,
+        "held by b"
+    );
+    store.lease_release(&key, "b").await.unwrap();
+
+    let mut ids = Vec::new();
+    for (id, text) in [("1", "one"), ("2", "two")] {
+        match store
+            .journal_insert(&inbound(&r, id, text), &key, 5)
+            .await
+            .unwrap()
+        {
+            JournalInsert::New(e) => ids.push(e.id),
+            other => panic!("{other:?}"),
+        }
+    }
+    let LaneClaim::Held(Some(first)) = store.lease_claim_next(&key, "a", 300, 400).await.unwrap()
+    else {
+        panic!("held, with the oldest pending entry")
+    };
+    assert_eq!(first.id, ids[0]);
+    assert_eq!(first.message, inbound(&r, "1", "one"));
+    assert_eq!(
+        store
+            .lease_next_or_release(&key, "a")
+            .await
+            .unwrap()
+            .map(|e| e.id),
+        Some(ids[0]),
+        "unanswered: read again, the lease kept"
+    );
+    assert_eq!(
+        store.lease_claim_next(&key, "b", 310, 410).await.unwrap(),
+        LaneClaim::NotHeld,
+        "a still holds it"
+    );
+    store.session_get_or_create(&key, &r, 5).await.unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        store
+            .commit_turn(&commit(Some(*id), &key, 0, Vec::new(), Vec::new()))
+            .await
+            .unwrap();
+        let next = store.lease_next_or_release(&key, "a").await.unwrap();
+        assert_eq!(next.map(|e| e.id), ids.get(n + 1).copied());
+    }
+    assert_eq!(
+        store.lease_claim_next(&key, "b", 320, 420).await.unwrap(),
+        LaneClaim::Held(None),
+        "all answered: a gave it up"
+    );
+    assert_eq!(
+        store.lease_next_or_release(&key, "a").await.unwrap(),
+        None,
+        "not a's to give up, and nothing pending"
+    );
+    assert_eq!(
+        store.lease_claim_next(&key, "a", 330, 430).await.unwrap(),
+        LaneClaim::NotHeld,
+        "b's lease was left alone"
+    );
+    store.lease_release(&key, "b").await.unwrap();
+}
+
 async fn suite(store: Arc<dyn Store>) {
     store.migrate().await.unwrap();
     store.migrate().await.expect("migrating twice is a no-op");
@@ -991,6 +1076,7 @@ async fn suite(store: Arc<dyn Store>) {
     a_run_inbox_hands_each_item_to_one_step(&*store).await;
     admin_reads_filter_page_and_count(&*store).await;
     leases_have_one_holder_and_expire(&*store).await;
+    a_lane_claims_with_its_next_entry_and_releases_only_when_idle(&*store).await;
     team_boards_claim_once_and_inboxes_deliver_once(&*store).await;
     effects_are_kept_once_and_forgotten(&*store).await;
     usage_is_reported_and_caps_hold_under_a_race(store.clone()).await;
@@ -998,6 +1084,7 @@ async fn suite(store: Arc<dyn Store>) {
     message_reach_is_taken_within_its_limit(store.clone()).await;
     approvals_open_once_decide_once_and_remember(&*store).await;
     memories_keep_scopes_apart_and_link_people(&*store).await;
+    a_word_older_than_the_newest_thousand_rows_is_found(&*store).await;
     incidents_alert_once_and_resolve_once(store.clone()).await;
 }
 
@@ -1620,6 +1707,60 @@ fn memory(scope: &str, text: &str, call_ref: Option<&str>) -> NewMemory {
         call_ref: call_ref.map(str::to_string),
         embedding: None,
     }
+}
+
+/// A scope of more rows than PostgreSQL's window of newest rows (1,000): a word only in older
+/// rows is found through the index, a word common among the newest from them, and a small
+/// scope beside it is answered whole.
+async fn a_word_older_than_the_newest_thousand_rows_is_found(store: &dyn Store) {
+    let big = person_scope("webhook:many");
+    let small = "chat:webhook:few".to_string();
+    let mut old = Vec::new();
+    for n in 0..3 {
+        let (id, _) = store
+            .memory_save(&memory(&big, &format!("walnut harvest {n}"), None))
+            .await
+            .unwrap();
+        old.push(id);
+    }
+    for n in 0..1_005 {
+        store
+            .memory_save(&memory(&big, &format!("filler note {n}"), None))
+            .await
+            .unwrap();
+    }
+    let (few, _) = store
+        .memory_save(&memory(&small, "a walnut tree", None))
+        .await
+        .unwrap();
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let found = store
+        .memory_search(
+            &[big.clone(), small.clone()],
+            &words(&["walnut", "filler"]),
+            5,
+        )
+        .await
+        .unwrap();
+    let mut walnut: Vec<i64> = found
+        .iter()
+        .filter(|(t, _)| *t == 0)
+        .map(|(_, r)| r.id)
+        .collect();
+    walnut.sort();
+    let mut expected = old.clone();
+    expected.push(few);
+    expected.sort();
+    assert_eq!(walnut, expected, "{found:?}");
+    let filler = found.iter().filter(|(t, _)| *t == 1).count();
+    assert_eq!(filler, 5, "at most per_term rows of a common word");
+    assert!(
+        found
+            .iter()
+            .all(|(_, r)| r.scope == big || r.scope == small)
+    );
+    assert_eq!(store.memory_forget_scope(&big).await.unwrap(), 1_008);
+    assert_eq!(store.memory_forget_scope(&small).await.unwrap(), 1);
 }
 
 /// Memories are read only through the scopes asked for: search, the newest, forgetting;
