@@ -6,7 +6,7 @@
 
 use super::OutboxNotifier;
 use crate::clock::now_ms;
-use crate::storage::{OutboxEntry, Store};
+use crate::storage::{LeaseAsk, OutboxEntry, Store};
 use ferroclaw_channel_core::{Channel, DeliveryError};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -196,19 +196,20 @@ impl DeliveryWorker {
             thread.as_deref().unwrap_or("")
         );
         let now = now_ms();
-        match self
+        let lease = LeaseAsk {
+            key: &key,
+            owner: &claims.owner,
+            now_ms: now,
+            until_ms: now + claims.ttl.as_millis() as i64,
+        };
+        let fresh = match self
             .store
-            .lease_claim(
-                &key,
-                &claims.owner,
-                now,
-                now + claims.ttl.as_millis() as i64,
-            )
+            .outbox_claim_pending_in(self.channel.name(), &chat, thread.as_deref(), BATCH, &lease)
             .await
         {
-            Ok(true) => {}
+            Ok(Some(fresh)) => fresh,
             // Another process delivers it; an error is tried again on the next pass.
-            Ok(false) => return (PassOutcome::default(), Vec::new()),
+            Ok(None) => return (PassOutcome::default(), Vec::new()),
             Err(err) => {
                 tracing::warn!(channel = self.channel.name(), error = %err, "could not claim a conversation's deliveries");
                 let outcome = PassOutcome {
@@ -217,25 +218,34 @@ impl DeliveryWorker {
                 };
                 return (outcome, Vec::new());
             }
-        }
-        let fresh = self
-            .store
-            .outbox_pending_in(self.channel.name(), &chat, thread.as_deref(), BATCH, now)
-            .await;
-        let (outcome, done) = match fresh {
-            Ok(fresh) if fresh.is_empty() => (PassOutcome::default(), Vec::new()),
-            Ok(fresh) => self.deliver_conversation(fresh).await,
-            Err(err) => {
-                tracing::warn!(channel = self.channel.name(), error = %err, "outbox read failed");
-                (PassOutcome::default(), Vec::new())
-            }
         };
-        self.mark_delivered(&done).await;
-        if let Err(err) = self.store.lease_release(&key, &claims.owner).await {
-            tracing::warn!(channel = self.channel.name(), error = %err, "could not release a delivery lease; it expires");
-        }
+        let (outcome, done) = if fresh.is_empty() {
+            (PassOutcome::default(), Vec::new())
+        } else {
+            self.deliver_conversation(fresh).await
+        };
+        self.mark_delivered_and_release(&done, &key, &claims.owner)
+            .await;
         // Marked already: nothing left for the pass to mark.
         (outcome, Vec::new())
+    }
+
+    /// Record deliveries and give the conversation's delivery lease up, in one statement;
+    /// retried like `mark_delivered`. Given up, the lease expires.
+    async fn mark_delivered_and_release(&self, delivered: &[Delivery], key: &str, owner: &str) {
+        for attempt in 1..=5u64 {
+            match self
+                .store
+                .outbox_mark_delivered_release(delivered, now_ms(), key, owner)
+                .await
+            {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::warn!(channel = self.channel.name(), attempt, error = %err, "could not mark messages delivered and release their lease");
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+            }
+        }
     }
 
     /// Record deliveries; retried, because a row left pending would be delivered again.

@@ -42,6 +42,16 @@ pub trait LeaseStore: Send + Sync {
     ) -> StoreResult<Option<JournalEntry>>;
 }
 
+/// A lease asked for: `key` for `owner`, taken when free or expired at `now_ms`, held until
+/// `until_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseAsk<'a> {
+    pub key: &'a str,
+    pub owner: &'a str,
+    pub now_ms: i64,
+    pub until_ms: i64,
+}
+
 /// What [`LeaseStore::lease_claim_next`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LaneClaim {
@@ -54,10 +64,7 @@ pub enum LaneClaim {
 /// The claim's statement (`$1` session, `$2` owner, `$3` now, `$4` until).
 macro_rules! claim_sql {
     () => {
-        "INSERT INTO session_leases (session_key, owner, expires_at) VALUES ($1, $2, $4) \
-         ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
-         WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= $3 \
-         RETURNING owner"
+        $crate::storage::sql_text::lease_claim!("$1", "$2", "$3", "$4")
     };
 }
 

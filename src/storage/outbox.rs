@@ -54,6 +54,54 @@ pub trait OutboxStore: Send + Sync {
         counted: bool,
     ) -> StoreResult<()>;
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
+    /// Delivery beside other processes: the conversation's delivery lease claimed (as
+    /// [`LeaseStore::lease_claim`]) and, when held, its due rows read (as
+    /// [`outbox_pending_in`](Self::outbox_pending_in) at `lease.now_ms`), together (one round
+    /// trip on PostgreSQL). None: another process holds it.
+    async fn outbox_claim_pending_in(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        limit: i64,
+        lease: &LeaseAsk<'_>,
+    ) -> StoreResult<Option<Vec<OutboxEntry>>>;
+    /// [`outbox_mark_delivered`](Self::outbox_mark_delivered) and `owner`'s lease
+    /// `lease_key` given up, together (one round trip on PostgreSQL).
+    async fn outbox_mark_delivered_release(
+        &self,
+        delivered: &[(i64, Option<String>)],
+        now_ms: i64,
+        lease_key: &str,
+        owner: &str,
+    ) -> StoreResult<()>;
+}
+
+/// `UPDATE outbox …` marking `delivered` (id, platform id) delivered at `now_ms`.
+fn push_mark_delivered<'a, DB: sqlx::Database>(
+    update: &mut sqlx::QueryBuilder<'a, DB>,
+    delivered: &[(i64, Option<String>)],
+    now_ms: i64,
+) where
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    update.push("UPDATE outbox SET state = 'delivered', delivered_at = ");
+    update.push_bind(now_ms);
+    update.push(", attempts = attempts + 1, platform_message_id = CASE id");
+    for (id, platform_id) in delivered {
+        update
+            .push(" WHEN ")
+            .push_bind(*id)
+            .push(" THEN ")
+            .push_bind(platform_id.clone());
+    }
+    update.push(" ELSE platform_message_id END WHERE id IN (");
+    let mut ids = update.separated(", ");
+    for (id, _) in delivered {
+        ids.push_bind(*id);
+    }
+    update.push(")");
 }
 
 macro_rules! rows {
@@ -148,6 +196,19 @@ macro_rules! rows {
 rows!(super::SqliteStore, sqlx::Sqlite);
 rows!(super::PostgresStore, sqlx::Postgres);
 
+/// One conversation's due rows (`$1` channel, `$2` limit, `$3` now, `$4` chat, `$5` thread).
+macro_rules! pending_in_sql {
+    () => {
+        concat!(
+            $crate::storage::sql_text::outbox_select!(),
+            "WHERE o.channel = $1 AND o.state = 'pending' \
+             AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 AND ",
+            $crate::storage::sql_text::outbox_not_held_back!(),
+            " ORDER BY o.id LIMIT $2"
+        )
+    };
+}
+
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
@@ -181,11 +242,7 @@ macro_rules! sql {
             }
 
             async fn outbox_pending_in(&self, channel: &str, chat_id: &str, thread_id: Option<&str>, limit: i64, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
-                let rows = sqlx::query(
-                    concat!($crate::storage::sql_text::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
-                     AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 \
-                     AND ", $crate::storage::sql_text::outbox_not_held_back!(), " ORDER BY o.id LIMIT $2"),
-                )
+                let rows = sqlx::query(pending_in_sql!())
                 .bind(channel)
                 .bind(limit)
                 .bind(now_ms)
@@ -211,20 +268,18 @@ macro_rules! sql {
                 if delivered.is_empty() {
                     return Ok(());
                 }
-                let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE outbox SET state = 'delivered', delivered_at = ");
-                update.push_bind(now_ms);
-                update.push(", attempts = attempts + 1, platform_message_id = CASE id");
-                for (id, platform_id) in delivered {
-                    update.push(" WHEN ").push_bind(*id).push(" THEN ").push_bind(platform_id.clone());
-                }
-                update.push(" ELSE platform_message_id END WHERE id IN (");
-                let mut ids = update.separated(", ");
-                for (id, _) in delivered {
-                    ids.push_bind(*id);
-                }
-                update.push(")");
+                let mut update = sqlx::QueryBuilder::<$db>::new("");
+                push_mark_delivered(&mut update, delivered, now_ms);
                 update.build().execute(&self.write).await?;
                 Ok(())
+            }
+
+            async fn outbox_claim_pending_in(&self, channel: &str, chat_id: &str, thread_id: Option<&str>, limit: i64, lease: &LeaseAsk<'_>) -> $crate::storage::StoreResult<Option<Vec<$crate::storage::OutboxEntry>>> {
+                self.claim_pending_in(channel, chat_id, thread_id, limit, lease).await
+            }
+
+            async fn outbox_mark_delivered_release(&self, delivered: &[(i64, Option<String>)], now_ms: i64, lease_key: &str, owner: &str) -> $crate::storage::StoreResult<()> {
+                self.mark_delivered_release(delivered, now_ms, lease_key, owner).await
             }
 
             async fn outbox_retry_later(&self, id: i64, next_attempt_ms: i64, error: &str, counted: bool) -> $crate::storage::StoreResult<()> {
@@ -254,3 +309,101 @@ macro_rules! sql {
 
 sql!(super::SqliteStore, sqlx::Sqlite);
 sql!(super::PostgresStore, sqlx::Postgres);
+
+/// PostgreSQL: each a single statement with a data-modifying CTE, atomic without a
+/// transaction.
+impl PostgresStore {
+    async fn claim_pending_in(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        limit: i64,
+        lease: &LeaseAsk<'_>,
+    ) -> StoreResult<Option<Vec<OutboxEntry>>> {
+        use sqlx::Row;
+        // No row: not held. Held: the rows, or one row of NULLs when none is due.
+        let rows = sqlx::query(concat!(
+            "WITH claim AS (",
+            sql_text::lease_claim!("$6", "$7", "$3", "$8"),
+            ") SELECT x.* FROM claim LEFT JOIN LATERAL (",
+            pending_in_sql!(),
+            ") AS x ON true"
+        ))
+        .bind(channel)
+        .bind(limit)
+        .bind(lease.now_ms)
+        .bind(chat_id)
+        .bind(thread_id)
+        .bind(lease.key)
+        .bind(lease.owner)
+        .bind(lease.until_ms)
+        .fetch_all(&self.write)
+        .await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut due = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<i64>, _>("id")?.is_some() {
+                due.push(Self::decode_outbox(row)?);
+            }
+        }
+        Ok(Some(due))
+    }
+
+    async fn mark_delivered_release(
+        &self,
+        delivered: &[(i64, Option<String>)],
+        now_ms: i64,
+        lease_key: &str,
+        owner: &str,
+    ) -> StoreResult<()> {
+        let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+        if !delivered.is_empty() {
+            query.push("WITH marked AS (");
+            push_mark_delivered(&mut query, delivered, now_ms);
+            query.push(") ");
+        }
+        query.push("DELETE FROM session_leases WHERE session_key = ");
+        query.push_bind(lease_key);
+        query.push(" AND owner = ");
+        query.push_bind(owner);
+        query.build().execute(&self.write).await?;
+        Ok(())
+    }
+}
+
+/// SQLite (one process): the same in two statements.
+impl SqliteStore {
+    async fn claim_pending_in(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        limit: i64,
+        lease: &LeaseAsk<'_>,
+    ) -> StoreResult<Option<Vec<OutboxEntry>>> {
+        if !self
+            .lease_claim(lease.key, lease.owner, lease.now_ms, lease.until_ms)
+            .await?
+        {
+            return Ok(None);
+        }
+        let due = self
+            .outbox_pending_in(channel, chat_id, thread_id, limit, lease.now_ms)
+            .await?;
+        Ok(Some(due))
+    }
+
+    async fn mark_delivered_release(
+        &self,
+        delivered: &[(i64, Option<String>)],
+        now_ms: i64,
+        lease_key: &str,
+        owner: &str,
+    ) -> StoreResult<()> {
+        self.outbox_mark_delivered(delivered, now_ms).await?;
+        self.lease_release(lease_key, owner).await
+    }
+}

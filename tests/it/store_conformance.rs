@@ -1,10 +1,10 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
 use ferroclaw::storage::{
-    BudgetHold, JournalInsert, JournalState, LaneClaim, NewMemory, NewOutbound, NewTranscriptEntry,
-    NewUsage, OutboxState, PairingState, PostgresStore, RateCheck, ReachCount, RunMode, RunRow,
-    RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
-    person_scope,
+    BudgetHold, JournalInsert, JournalState, LaneClaim, LeaseAsk, NewMemory, NewOutbound,
+    NewTranscriptEntry, NewUsage, OutboxState, PairingState, PostgresStore, RateCheck, ReachCount,
+    RunMode, RunRow, RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit,
+    UsageFilter, UsageGroup, person_scope,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -907,6 +907,94 @@ async fn admin_reads_filter_page_and_count(store: &dyn Store) {
     );
 }
 
+/// Delivery beside other processes: the conversation's lease claimed with its due rows, and
+/// the rows marked delivered with the lease given up.
+async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with_the_mark(
+    store: &dyn Store,
+) {
+    let r = route("deliver", "c9", Some("t"));
+    let other = route("deliver", "c9", None);
+    let ids = store
+        .outbox_push(&r.session_key(), &[out(&r, "one"), out(&r, "two")], 5)
+        .await
+        .unwrap();
+    store
+        .outbox_push(&other.session_key(), &[out(&other, "elsewhere")], 5)
+        .await
+        .unwrap();
+    let key = "delivery:deliver:c9:t";
+    let ask = |owner: &'static str, now_ms: i64| LeaseAsk {
+        key,
+        owner,
+        now_ms,
+        until_ms: now_ms + 100,
+    };
+    let due = store
+        .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("a", 10))
+        .await
+        .unwrap()
+        .expect("free: held");
+    assert_eq!(
+        due.iter().map(|e| e.message.id).collect::<Vec<_>>(),
+        ids,
+        "this conversation's rows only, in order"
+    );
+    assert_eq!(due[0].message.text, "one");
+    assert_eq!(
+        store
+            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 20))
+            .await
+            .unwrap(),
+        None,
+        "held by a"
+    );
+    store
+        .outbox_mark_delivered_release(&[(ids[0], Some("p1".into()))], 30, key, "b")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 40))
+            .await
+            .unwrap(),
+        None,
+        "b cannot give a's lease up"
+    );
+    store
+        .outbox_mark_delivered_release(&[(ids[1], Some("p2".into()))], 50, key, "a")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 60))
+            .await
+            .unwrap(),
+        Some(Vec::new()),
+        "released: held by b, nothing left due"
+    );
+    store
+        .outbox_mark_delivered_release(&[], 70, key, "b")
+        .await
+        .unwrap();
+    assert!(
+        store
+            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("a", 80))
+            .await
+            .unwrap()
+            .is_some(),
+        "nothing marked, still released"
+    );
+    store.lease_release(key, "a").await.unwrap();
+    let left = store.outbox_pending("deliver", 10, 100).await.unwrap();
+    assert_eq!(
+        left.iter()
+            .map(|e| e.message.text.as_str())
+            .collect::<Vec<_>>(),
+        ["elsewhere"],
+        "both rows marked (whoever held the lease), the other conversation's left"
+    );
+}
+
 /// Session leases: one holder at a time, renewed by it, free once expired or released;
 /// the journal's per-session reads.
 async fn leases_have_one_holder_and_expire(store: &dyn Store) {
@@ -1071,6 +1159,7 @@ async fn suite(store: Arc<dyn Store>) {
     a_turn_commits_atomically_and_only_once(&*store).await;
     transcripts_are_windowed_and_archived_by_epoch(&*store).await;
     outbox_delivery_states_and_conversation_reads(&*store).await;
+    a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with_the_mark(&*store).await;
     pairing_codes_expire_are_limited_and_approve_once(&*store).await;
     runs_finish_and_announce_exactly_once(&*store).await;
     a_run_inbox_hands_each_item_to_one_step(&*store).await;
