@@ -176,9 +176,7 @@ macro_rules! sql {
             }
 
             async fn journal_next(&self, session_key: &str) -> $crate::storage::StoreResult<Option<$crate::storage::JournalEntry>> {
-                let row = sqlx::query(
-                    "SELECT id, session_key, payload FROM inbound WHERE session_key = $1 AND state = 'pending' ORDER BY id LIMIT 1",
-                )
+                let row = sqlx::query($crate::storage::sql_text::journal_next!())
                 .bind(session_key)
                 .fetch_optional(&self.read)
                 .await?;

@@ -68,14 +68,6 @@ macro_rules! claim_sql {
     };
 }
 
-/// The session's oldest pending entry (`$1` session).
-macro_rules! next_sql {
-    () => {
-        "SELECT id, session_key, payload FROM inbound \
-         WHERE session_key = $1 AND state = 'pending' ORDER BY id LIMIT 1"
-    };
-}
-
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
@@ -175,7 +167,7 @@ impl PostgresStore {
             "WITH claim AS (",
             claim_sql!(),
             ") SELECT n.id, n.session_key, n.payload FROM claim LEFT JOIN LATERAL (",
-            next_sql!(),
+            sql_text::journal_next!(),
             ") AS n ON true"
         ))
         .bind(session_key)
@@ -202,7 +194,7 @@ impl PostgresStore {
         // A data-modifying CTE runs whether or not the query reads it.
         let rows = sqlx::query(concat!(
             "WITH next AS (",
-            next_sql!(),
+            sql_text::journal_next!(),
             "), released AS (DELETE FROM session_leases WHERE session_key = $1 AND owner = $2 \
              AND NOT EXISTS (SELECT 1 FROM next)) SELECT id, session_key, payload FROM next"
         ))

@@ -49,6 +49,15 @@ macro_rules! lease_claim {
     };
 }
 
+/// A session's oldest pending journal entry (`$1` session).
+macro_rules! journal_next {
+    () => {
+        "SELECT id, session_key, payload FROM inbound \
+         WHERE session_key = $1 AND state = 'pending' ORDER BY id LIMIT 1"
+    };
+}
+
+pub(crate) use journal_next;
 pub(crate) use lease_claim;
 pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;
