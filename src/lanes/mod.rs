@@ -250,12 +250,12 @@ impl Inner {
         let ttl_ms = leases.ttl.as_millis() as i64;
         loop {
             let now = crate::clock::now_ms();
-            let first = match leases
+            let (first, fence) = match leases
                 .store
                 .lease_claim_next(&key, &leases.owner, now, now + ttl_ms)
                 .await
             {
-                Ok(LaneClaim::Held(first)) => first.map(|entry| *entry),
+                Ok(LaneClaim::Held { next, fence }) => (next.map(|entry| *entry), fence),
                 // Another process works it (from the journal) or the sweep retries.
                 Ok(LaneClaim::NotHeld) => {
                     self.drop_lane(&key);
@@ -285,7 +285,7 @@ impl Inner {
                     }
                 })
             };
-            let worked = self.work_journal(&key, leases, first).await;
+            let worked = self.work_journal(&key, leases, first, fence).await;
             beat.cancel();
             let _ = heartbeat.await;
             let Worked::Released = worked else {
@@ -311,12 +311,14 @@ impl Inner {
 
     /// Run the session's pending entries in journal order while the lease is held, starting
     /// with `first` (read with the claim). Each step reads the next pending entry and gives
-    /// the lease up in the same statement when there is none.
+    /// the lease up in the same statement when there is none. `fence`: the journal's highest
+    /// id at the claim (see [`LaneClaim::Held`]).
     async fn work_journal(
         self: &Arc<Self>,
         key: &str,
         leases: &Leases,
         first: Option<JournalEntry>,
+        fence: i64,
     ) -> Worked {
         let mut found = first;
         // The entry run last: read again as the next one, it is still pending after its
@@ -353,9 +355,15 @@ impl Inner {
                 crate::metrics::lane_depth(-1.0);
             }
             // Not submitted here: journalled by another process or left by a dead one, so it
-            // may have run before, and it has not passed this process's gate.
+            // has not passed this process's gate, and it may have run before — unless it came
+            // into the journal after this lease was taken (above the fence): then no one has
+            // started it, and it runs as a first attempt (no attempt counted, nothing to redo).
             let taken_over = local.is_none();
-            let entry = local.unwrap_or(JournalEntry { redo: true, ..next });
+            let fresh = next.id > fence;
+            let entry = local.unwrap_or(JournalEntry {
+                redo: !fresh,
+                ..next
+            });
             if taken_over {
                 let lanes = Lanes {
                     inner: self.clone(),

@@ -24,7 +24,8 @@ pub trait LeaseStore: Send + Sync {
     /// Give the lease up (only `owner`'s).
     async fn lease_release(&self, session_key: &str, owner: &str) -> StoreResult<()>;
     /// A lane's start: [`lease_claim`](Self::lease_claim) and, when held, the session's
-    /// oldest pending entry, read together (one round trip on PostgreSQL).
+    /// oldest pending entry and the journal's highest id, read together (one round trip on
+    /// PostgreSQL).
     async fn lease_claim_next(
         &self,
         session_key: &str,
@@ -57,8 +58,13 @@ pub struct LeaseAsk<'a> {
 pub enum LaneClaim {
     /// Another process holds the lease.
     NotHeld,
-    /// Held by the caller now, with the session's oldest pending entry if any.
-    Held(Option<Box<JournalEntry>>),
+    /// Held by the caller now: the session's oldest pending entry if any, and the journal's
+    /// highest id at the claim. An entry above `fence` was not yet in the journal when the
+    /// lease was taken, so no process can have started it before (it is not a redo).
+    Held {
+        next: Option<Box<JournalEntry>>,
+        fence: i64,
+    },
 }
 
 /// The claim's statement (`$1` session, `$2` owner, `$3` now, `$4` until).
@@ -163,10 +169,13 @@ impl PostgresStore {
     ) -> StoreResult<LaneClaim> {
         use sqlx::Row;
         // No row: not held. One row: held, with the entry's columns NULL when none is pending.
+        // The fence is the highest id committed when the statement began (the primary key
+        // read backwards): an entry committed later has a higher id.
         let rows = sqlx::query(concat!(
             "WITH claim AS (",
             claim_sql!(),
-            ") SELECT n.id, n.session_key, n.payload FROM claim LEFT JOIN LATERAL (",
+            ") SELECT n.id, n.session_key, n.payload, \
+             (SELECT COALESCE(MAX(id), 0) FROM inbound) AS fence FROM claim LEFT JOIN LATERAL (",
             sql_text::journal_next!(),
             ") AS n ON true"
         ))
@@ -183,7 +192,8 @@ impl PostgresStore {
             Some(_) => Some(Box::new(Self::decode_journal(row)?)),
             None => None,
         };
-        Ok(LaneClaim::Held(next))
+        let fence = row.try_get("fence")?;
+        Ok(LaneClaim::Held { next, fence })
     }
 
     async fn next_or_release(
@@ -221,9 +231,11 @@ impl SqliteStore {
         {
             return Ok(LaneClaim::NotHeld);
         }
-        Ok(LaneClaim::Held(
-            self.journal_next(session_key).await?.map(Box::new),
-        ))
+        let fence: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM inbound")
+            .fetch_one(&self.write)
+            .await?;
+        let next = self.journal_next(session_key).await?.map(Box::new);
+        Ok(LaneClaim::Held { next, fence })
     }
 
     async fn next_or_release(

@@ -336,11 +336,86 @@ async fn a_killed_process_s_session_is_taken_over_after_its_lease_and_answered_o
         .collect();
     assert_eq!(texts, ["echo: slow question"], "answered once");
     assert_eq!(llm.count(), 2, "the turn was redone once, by the survivor");
+    assert_eq!(
+        attempts(&database).await,
+        [1],
+        "started before the survivor's lease: a redo, counted"
+    );
     assert!(
         takeover < Duration::from_secs(10),
         "taken over within the lease and a sweep: {takeover:?}"
     );
     assert!(b.logs().contains("outcome=\"answered\""));
+}
+
+/// Every journal entry's counted attempts (restarts of its turn), oldest first.
+async fn attempts(database: &str) -> Vec<i64> {
+    let pool = sqlx::PgPool::connect(database).await.unwrap();
+    sqlx::query_scalar("SELECT attempts FROM inbound ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+}
+
+/// An entry another process journals while this one holds the session's lease is handed
+/// over through the journal: it passes this process's gate but runs as a first attempt, not
+/// as a redo (it came after the lease was taken, so no one can have started it).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_entry_journalled_elsewhere_while_the_lease_is_held_runs_as_a_first_attempt() {
+    let database = fresh_database().await;
+    let llm = LlmStandIn::start(|body, index| {
+        let text = format!("echo: {}", last_user(body));
+        if index == 0 {
+            Behaviour::slow(text, Duration::from_secs(2))
+        } else {
+            Behaviour::reply(text)
+        }
+    })
+    .await;
+    let receiver = Receiver::start(0).await;
+    let cfg = two_process_config(&llm.url, &database, &receiver.url);
+    let work = Workdir::new(&cfg);
+    let service = Service::start(&work, &[("FC_HOOK", SECRET)]).await;
+    let (status, body) = Hook::new(&service, SECRET)
+        .send("h1", None, "h1m1", "first", "")
+        .await;
+    assert!((200..300).contains(&status), "{body}");
+    wait_for(
+        "the first turn's model call",
+        Duration::from_secs(10),
+        || async { (llm.count() == 1).then_some(()) },
+    )
+    .await;
+    // What another process leaves in the journal for this session meanwhile.
+    let store = ferroclaw::storage::connect(&database).await.unwrap();
+    let running = store.journal_pending().await.unwrap();
+    assert_eq!(running.len(), 1);
+    let mut message = running[0].message.clone();
+    message.platform_message_id = "h1m2".into();
+    message.text = "second".into();
+    store
+        .journal_insert(
+            &message,
+            &running[0].session_key,
+            ferroclaw::clock::now_ms(),
+        )
+        .await
+        .unwrap();
+    wait_for("both answers", Duration::from_secs(20), || async {
+        (receiver.received().len() >= 2).then_some(())
+    })
+    .await;
+    let texts: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(texts, ["echo: first", "echo: second"]);
+    assert_eq!(
+        attempts(&database).await,
+        [0, 0],
+        "neither is a redo: the second was journalled after the lease was taken"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1071,19 +1071,23 @@ async fn leases_have_one_holder_and_expire(store: &dyn Store) {
 async fn a_lane_claims_with_its_next_entry_and_releases_only_when_idle(store: &dyn Store) {
     let r = route("webhook:lane", "q", None);
     let key = r.session_key();
-    assert_eq!(
-        store.lease_claim_next(&key, "a", 100, 200).await.unwrap(),
-        LaneClaim::Held(None),
-        "nothing pending: held, no entry"
-    );
+    let LaneClaim::Held {
+        next: None,
+        fence: before,
+    } = store.lease_claim_next(&key, "a", 100, 200).await.unwrap()
+    else {
+        panic!("nothing pending: held, no entry")
+    };
     assert_eq!(
         store.lease_next_or_release(&key, "a").await.unwrap(),
         None,
         "nothing pending: given up"
     );
-    assert_eq!(
-        store.lease_claim_next(&key, "b", 150, 250).await.unwrap(),
-        LaneClaim::Held(None),
+    assert!(
+        matches!(
+            store.lease_claim_next(&key, "b", 150, 250).await.unwrap(),
+            LaneClaim::Held { next: None, .. }
+        ),
         "given up: free for another"
     );
     assert_eq!(
@@ -1104,11 +1108,19 @@ async fn a_lane_claims_with_its_next_entry_and_releases_only_when_idle(store: &d
             other => panic!("{other:?}"),
         }
     }
-    let LaneClaim::Held(Some(first)) = store.lease_claim_next(&key, "a", 300, 400).await.unwrap()
+    let LaneClaim::Held {
+        next: Some(first),
+        fence,
+    } = store.lease_claim_next(&key, "a", 300, 400).await.unwrap()
     else {
         panic!("held, with the oldest pending entry")
     };
     assert_eq!(first.id, ids[0]);
+    assert!(
+        before < ids[0],
+        "journalled after the first claim: above its fence"
+    );
+    assert_eq!(fence, ids[1], "the journal's highest id at the claim");
     assert_eq!(first.message, inbound(&r, "1", "one"));
     assert_eq!(
         store
@@ -1133,9 +1145,11 @@ async fn a_lane_claims_with_its_next_entry_and_releases_only_when_idle(store: &d
         let next = store.lease_next_or_release(&key, "a").await.unwrap();
         assert_eq!(next.map(|e| e.id), ids.get(n + 1).copied());
     }
-    assert_eq!(
-        store.lease_claim_next(&key, "b", 320, 420).await.unwrap(),
-        LaneClaim::Held(None),
+    assert!(
+        matches!(
+            store.lease_claim_next(&key, "b", 320, 420).await.unwrap(),
+            LaneClaim::Held { next: None, .. }
+        ),
         "all answered: a gave it up"
     );
     assert_eq!(
