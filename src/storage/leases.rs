@@ -24,8 +24,8 @@ pub trait LeaseStore: Send + Sync {
     /// Give the lease up (only `owner`'s).
     async fn lease_release(&self, session_key: &str, owner: &str) -> StoreResult<()>;
     /// A lane's start: [`lease_claim`](Self::lease_claim) and, when held, the session's
-    /// oldest pending entry and the journal's highest id, read together (one round trip on
-    /// PostgreSQL).
+    /// oldest pending entry and the fence ([`LaneClaim::Held`]), read together (one round
+    /// trip on PostgreSQL).
     async fn lease_claim_next(
         &self,
         session_key: &str,
@@ -58,9 +58,10 @@ pub struct LeaseAsk<'a> {
 pub enum LaneClaim {
     /// Another process holds the lease.
     NotHeld,
-    /// Held by the caller now: the session's oldest pending entry if any, and the journal's
-    /// highest id at the claim. An entry above `fence` was not yet in the journal when the
-    /// lease was taken, so no process can have started it before (it is not a redo).
+    /// Held by the caller now: the session's oldest pending entry if any, and the last
+    /// journal id given out once the claim was made. An entry above `fence` was not yet in
+    /// the journal when the lease was taken, so no process can have started it before (it
+    /// is not a redo).
     Held {
         next: Option<Box<JournalEntry>>,
         fence: i64,
@@ -169,13 +170,17 @@ impl PostgresStore {
     ) -> StoreResult<LaneClaim> {
         use sqlx::Row;
         // No row: not held. One row: held, with the entry's columns NULL when none is pending.
-        // The fence is the highest id committed when the statement began (the primary key
-        // read backwards): an entry committed later has a higher id.
+        // The fence is the journal's id sequence as it stands once the claim has been made
+        // (a subquery on the claim's row, so it is read after the claim, however long that
+        // waited for the lease row's lock; a sequence is not read through the statement's
+        // snapshot): every entry anyone could have read before the lease was ours was
+        // given its id before that, so an id above it is an entry no one has started.
         let rows = sqlx::query(concat!(
             "WITH claim AS (",
             claim_sql!(),
             ") SELECT n.id, n.session_key, n.payload, \
-             (SELECT COALESCE(MAX(id), 0) FROM inbound) AS fence FROM claim LEFT JOIN LATERAL (",
+             (SELECT last_value FROM inbound_id_seq WHERE claim.owner IS NOT NULL) AS fence \
+             FROM claim LEFT JOIN LATERAL (",
             sql_text::journal_next!(),
             ") AS n ON true"
         ))
