@@ -311,8 +311,8 @@ impl Inner {
 
     /// Run the session's pending entries in journal order while the lease is held, starting
     /// with `first` (read with the claim). Each step reads the next pending entry and gives
-    /// the lease up in the same statement when there is none. `fence`: the last journal id
-    /// given out once the lease was claimed (see [`LaneClaim::Held`]).
+    /// the lease up in the same statement when there is none. `fence`: the journal's highest
+    /// id read after the lease was claimed (see [`LaneClaim::Held`]).
     async fn work_journal(
         self: &Arc<Self>,
         key: &str,

@@ -24,8 +24,8 @@ pub trait LeaseStore: Send + Sync {
     /// Give the lease up (only `owner`'s).
     async fn lease_release(&self, session_key: &str, owner: &str) -> StoreResult<()>;
     /// A lane's start: [`lease_claim`](Self::lease_claim) and, when held, the session's
-    /// oldest pending entry and the fence ([`LaneClaim::Held`]), read together (one round
-    /// trip on PostgreSQL).
+    /// oldest pending entry and the fence ([`LaneClaim::Held`]), read in a statement after
+    /// the claim's (one on PostgreSQL), so they see what the lease's last holder committed.
     async fn lease_claim_next(
         &self,
         session_key: &str,
@@ -58,8 +58,8 @@ pub struct LeaseAsk<'a> {
 pub enum LaneClaim {
     /// Another process holds the lease.
     NotHeld,
-    /// Held by the caller now: the session's oldest pending entry if any, and the last
-    /// journal id given out once the claim was made. An entry above `fence` was not yet in
+    /// Held by the caller now: the session's oldest pending entry if any, and the journal's
+    /// highest id read after the claim. An entry above `fence` was not yet in
     /// the journal when the lease was taken, so no process can have started it before (it
     /// is not a redo).
     Held {
@@ -159,7 +159,8 @@ macro_rules! sql {
 sql!(super::SqliteStore, sqlx::Sqlite);
 sql!(super::PostgresStore, sqlx::Postgres);
 
-/// PostgreSQL: each a single statement of data-modifying CTEs, atomic without a transaction.
+/// PostgreSQL: the claim's reads in one statement after it; the step a single statement of
+/// data-modifying CTEs, atomic without a transaction.
 impl PostgresStore {
     async fn claim_with_next(
         &self,
@@ -169,29 +170,32 @@ impl PostgresStore {
         until_ms: i64,
     ) -> StoreResult<LaneClaim> {
         use sqlx::Row;
-        // No row: not held. One row: held, with the entry's columns NULL when none is pending.
-        // The fence is the journal's id sequence as it stands once the claim has been made
-        // (a subquery on the claim's row, so it is read after the claim, however long that
-        // waited for the lease row's lock; a sequence is not read through the statement's
-        // snapshot): every entry anyone could have read before the lease was ours was
-        // given its id before that, so an id above it is an entry no one has started.
+        // The claim, then the reads in a statement of their own: its snapshot is taken after
+        // the claim, so it sees whatever the lease's last holder committed before giving the
+        // lease up (a claim that waited for the lease row's lock keeps the snapshot it took
+        // before the wait, so one statement could read an entry already answered as pending).
+        if !self
+            .lease_claim(session_key, owner, now_ms, until_ms)
+            .await?
+        {
+            return Ok(LaneClaim::NotHeld);
+        }
+        // One row, the entry's columns NULL when none is pending. The fence: every entry
+        // anyone could have read before the lease was ours was committed before this read.
         let rows = sqlx::query(concat!(
-            "WITH claim AS (",
-            claim_sql!(),
-            ") SELECT n.id, n.session_key, n.payload, \
-             (SELECT last_value FROM inbound_id_seq WHERE claim.owner IS NOT NULL) AS fence \
-             FROM claim LEFT JOIN LATERAL (",
+            "SELECT n.id, n.session_key, n.payload, \
+             (SELECT COALESCE(MAX(id), 0) FROM inbound) AS fence FROM (SELECT 1) AS one \
+             LEFT JOIN LATERAL (",
             sql_text::journal_next!(),
             ") AS n ON true"
         ))
         .bind(session_key)
-        .bind(owner)
-        .bind(now_ms)
-        .bind(until_ms)
-        .fetch_all(&self.write)
+        .fetch_all(&self.read)
         .await?;
         let Some(row) = rows.first() else {
-            return Ok(LaneClaim::NotHeld);
+            return Err(StoreError::Corrupt(
+                "the lane's read returned no row".into(),
+            ));
         };
         let next = match row.try_get::<Option<i64>, _>("id")? {
             Some(_) => Some(Box::new(Self::decode_journal(row)?)),

@@ -56,8 +56,8 @@ pub trait OutboxStore: Send + Sync {
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
     /// Delivery beside other processes: the conversation's delivery lease claimed (as
     /// [`LeaseStore::lease_claim`]) and, when held, its due rows read (as
-    /// [`outbox_pending_in`](Self::outbox_pending_in) at `lease.now_ms`), together (one round
-    /// trip on PostgreSQL). None: another process holds it.
+    /// [`outbox_pending_in`](Self::outbox_pending_in) at `lease.now_ms`) in a statement after
+    /// the claim's. None: another process holds it.
     async fn outbox_claim_pending_in(
         &self,
         channel: &str,
@@ -310,48 +310,38 @@ macro_rules! sql {
 sql!(super::SqliteStore, sqlx::Sqlite);
 sql!(super::PostgresStore, sqlx::Postgres);
 
-/// PostgreSQL: each a single statement with a data-modifying CTE, atomic without a
-/// transaction.
-impl PostgresStore {
-    async fn claim_pending_in(
-        &self,
-        channel: &str,
-        chat_id: &str,
-        thread_id: Option<&str>,
-        limit: i64,
-        lease: &LeaseAsk<'_>,
-    ) -> StoreResult<Option<Vec<OutboxEntry>>> {
-        use sqlx::Row;
-        // No row: not held. Held: the rows, or one row of NULLs when none is due.
-        let rows = sqlx::query(concat!(
-            "WITH claim AS (",
-            sql_text::lease_claim!("$6", "$7", "$3", "$8"),
-            ") SELECT x.* FROM claim LEFT JOIN LATERAL (",
-            pending_in_sql!(),
-            ") AS x ON true"
-        ))
-        .bind(channel)
-        .bind(limit)
-        .bind(lease.now_ms)
-        .bind(chat_id)
-        .bind(thread_id)
-        .bind(lease.key)
-        .bind(lease.owner)
-        .bind(lease.until_ms)
-        .fetch_all(&self.write)
-        .await?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let mut due = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if row.try_get::<Option<i64>, _>("id")?.is_some() {
-                due.push(Self::decode_outbox(row)?);
+/// Delivery's claim, then the conversation's due rows in a statement of their own (both
+/// stores): a claim that waited for the lease row's lock keeps the snapshot it took before
+/// the wait, so reading in the same statement could see rows the lease's last holder marked
+/// delivered just before giving it up as still pending (they would go out twice).
+macro_rules! claim_then_read {
+    () => {
+        async fn claim_pending_in(
+            &self,
+            channel: &str,
+            chat_id: &str,
+            thread_id: Option<&str>,
+            limit: i64,
+            lease: &LeaseAsk<'_>,
+        ) -> StoreResult<Option<Vec<OutboxEntry>>> {
+            if !self
+                .lease_claim(lease.key, lease.owner, lease.now_ms, lease.until_ms)
+                .await?
+            {
+                return Ok(None);
             }
+            let due = self
+                .outbox_pending_in(channel, chat_id, thread_id, limit, lease.now_ms)
+                .await?;
+            Ok(Some(due))
         }
-        Ok(Some(due))
-    }
+    };
+}
 
+/// PostgreSQL: the delivered-mark and the release a single statement with a data-modifying
+/// CTE, atomic without a transaction.
+impl PostgresStore {
+    claim_then_read!();
     async fn mark_delivered_release(
         &self,
         delivered: &[(i64, Option<String>)],
@@ -376,25 +366,7 @@ impl PostgresStore {
 
 /// SQLite (one process): the same in two statements.
 impl SqliteStore {
-    async fn claim_pending_in(
-        &self,
-        channel: &str,
-        chat_id: &str,
-        thread_id: Option<&str>,
-        limit: i64,
-        lease: &LeaseAsk<'_>,
-    ) -> StoreResult<Option<Vec<OutboxEntry>>> {
-        if !self
-            .lease_claim(lease.key, lease.owner, lease.now_ms, lease.until_ms)
-            .await?
-        {
-            return Ok(None);
-        }
-        let due = self
-            .outbox_pending_in(channel, chat_id, thread_id, limit, lease.now_ms)
-            .await?;
-        Ok(Some(due))
-    }
+    claim_then_read!();
 
     async fn mark_delivered_release(
         &self,

@@ -1662,6 +1662,94 @@ async fn the_postgres_store_passes_the_conformance_suite() {
     suite(Arc::new(PostgresStore::connect(&url).await.unwrap())).await;
 }
 
+/// PostgreSQL, read committed: a claim that had to wait for the lease row (its last holder
+/// was giving it up in a transaction that also marked the work done) must read what that
+/// transaction committed, not the snapshot its statement took before the wait — else rows
+/// delivered or entries answered just before the release are taken up again.
+#[tokio::test]
+async fn a_claim_that_waited_for_the_lease_reads_what_its_last_holder_committed() {
+    let url = crate::common::pg::fresh_database().await;
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    store.migrate().await.unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let r = route("deliver", "w1", None);
+    let key = r.session_key();
+
+    // Delivery: a's rows marked delivered and its lease given up in one transaction.
+    let ids = store
+        .outbox_push(&key, &[out(&r, "once")], 5)
+        .await
+        .unwrap();
+    let lease = "delivery:deliver:w1:";
+    assert!(store.lease_claim(lease, "a", 10, 100_000).await.unwrap());
+    let mut last = pool.begin().await.unwrap();
+    sqlx::query("UPDATE outbox SET state = 'delivered' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&mut *last)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM session_leases WHERE session_key = $1")
+        .bind(lease)
+        .execute(&mut *last)
+        .await
+        .unwrap();
+    let claim = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let ask = LeaseAsk {
+                key: lease,
+                owner: "b",
+                now_ms: 20,
+                until_ms: 100_000,
+            };
+            store
+                .outbox_claim_pending_in("deliver", "w1", None, 10, &ask)
+                .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!claim.is_finished(), "b waits for the lease row");
+    last.commit().await.unwrap();
+    assert_eq!(
+        claim.await.unwrap().unwrap(),
+        Some(Vec::new()),
+        "held by b, and the row a delivered is not read as due"
+    );
+
+    // A lane: a's entry answered and its lease given up in one transaction.
+    let JournalInsert::New(entry) = store
+        .journal_insert(&inbound(&r, "w1m1", "hi"), &key, 5)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(store.lease_claim(&key, "a", 10, 100_000).await.unwrap());
+    let mut last = pool.begin().await.unwrap();
+    sqlx::query("UPDATE inbound SET state = 'done' WHERE id = $1")
+        .bind(entry.id)
+        .execute(&mut *last)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM session_leases WHERE session_key = $1")
+        .bind(&key)
+        .execute(&mut *last)
+        .await
+        .unwrap();
+    let claim = {
+        let (store, key) = (store.clone(), key.clone());
+        tokio::spawn(async move { store.lease_claim_next(&key, "b", 20, 100_000).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!claim.is_finished(), "b waits for the lease row");
+    last.commit().await.unwrap();
+    let LaneClaim::Held { next, fence } = claim.await.unwrap().unwrap() else {
+        panic!("held by b")
+    };
+    assert_eq!(next, None, "the entry a answered is not read as pending");
+    assert_eq!(fence, entry.id);
+}
+
 async fn approvals_open_once_decide_once_and_remember(store: &dyn Store) {
     use ferroclaw::storage::{ApprovalDecision, ApprovalState, NewApproval};
     let chat = route("webhook:main", "ap", None);
