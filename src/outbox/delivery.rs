@@ -6,7 +6,7 @@
 
 use super::OutboxNotifier;
 use crate::clock::now_ms;
-use crate::storage::{LeaseAsk, OutboxEntry, Store};
+use crate::storage::{OutboxEntry, Store};
 use ferroclaw_channel_core::{Channel, DeliveryError};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -196,20 +196,19 @@ impl DeliveryWorker {
             thread.as_deref().unwrap_or("")
         );
         let now = now_ms();
-        let lease = LeaseAsk {
-            key: &key,
-            owner: &claims.owner,
-            now_ms: now,
-            until_ms: now + claims.ttl.as_millis() as i64,
-        };
-        let fresh = match self
+        match self
             .store
-            .outbox_claim_pending_in(self.channel.name(), &chat, thread.as_deref(), BATCH, &lease)
+            .lease_claim(
+                &key,
+                &claims.owner,
+                now,
+                now + claims.ttl.as_millis() as i64,
+            )
             .await
         {
-            Ok(Some(fresh)) => fresh,
+            Ok(true) => {}
             // Another process delivers it; an error is tried again on the next pass.
-            Ok(None) => return (PassOutcome::default(), Vec::new()),
+            Ok(false) => return (PassOutcome::default(), Vec::new()),
             Err(err) => {
                 tracing::warn!(channel = self.channel.name(), error = %err, "could not claim a conversation's deliveries");
                 let outcome = PassOutcome {
@@ -218,43 +217,52 @@ impl DeliveryWorker {
                 };
                 return (outcome, Vec::new());
             }
-        };
-        let (outcome, done) = if fresh.is_empty() {
-            (PassOutcome::default(), Vec::new())
-        } else {
-            self.deliver_conversation(fresh).await
-        };
-        self.mark_delivered_and_release(&done, &key, &claims.owner)
+        }
+        // Read again in a statement after the claim: its snapshot then holds what the
+        // lease's last holder marked delivered before giving the lease up.
+        let fresh = self
+            .store
+            .outbox_pending_in(self.channel.name(), &chat, thread.as_deref(), BATCH, now)
             .await;
+        let (outcome, done) = match fresh {
+            Ok(fresh) if fresh.is_empty() => (PassOutcome::default(), Vec::new()),
+            Ok(fresh) => self.deliver_conversation(fresh).await,
+            Err(err) => {
+                tracing::warn!(channel = self.channel.name(), error = %err, "outbox read failed");
+                (PassOutcome::default(), Vec::new())
+            }
+        };
+        // The lease is given up with the mark (or alone, when nothing went out).
+        let owner = &claims.owner;
+        self.retried("mark messages delivered and release their lease", || {
+            self.store
+                .outbox_mark_delivered_release(&done, now_ms(), &key, owner)
+        })
+        .await;
         // Marked already: nothing left for the pass to mark.
         (outcome, Vec::new())
     }
 
-    /// Record deliveries and give the conversation's delivery lease up, in one statement;
-    /// retried like `mark_delivered`. Given up, the lease expires.
-    async fn mark_delivered_and_release(&self, delivered: &[Delivery], key: &str, owner: &str) {
-        for attempt in 1..=5u64 {
-            match self
-                .store
-                .outbox_mark_delivered_release(delivered, now_ms(), key, owner)
-                .await
-            {
-                Ok(()) => return,
-                Err(err) => {
-                    tracing::warn!(channel = self.channel.name(), attempt, error = %err, "could not mark messages delivered and release their lease");
-                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
-                }
-            }
-        }
-    }
-
     /// Record deliveries; retried, because a row left pending would be delivered again.
     async fn mark_delivered(&self, delivered: &[Delivery]) {
+        self.retried("mark messages delivered", || {
+            self.store.outbox_mark_delivered(delivered, now_ms())
+        })
+        .await;
+    }
+
+    /// Run a store write up to five times, backing off between tries; given up, what it
+    /// would have recorded is redone (a delivery) or expires (a lease).
+    async fn retried<'a, F, Fut>(&self, what: &str, write: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), crate::storage::StoreError>> + 'a,
+    {
         for attempt in 1..=5u64 {
-            match self.store.outbox_mark_delivered(delivered, now_ms()).await {
+            match write().await {
                 Ok(()) => return,
                 Err(err) => {
-                    tracing::warn!(channel = self.channel.name(), attempt, error = %err, "could not mark messages delivered");
+                    tracing::warn!(channel = self.channel.name(), attempt, error = %err, "could not {what}");
                     tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
                 }
             }

@@ -43,16 +43,6 @@ pub trait LeaseStore: Send + Sync {
     ) -> StoreResult<Option<JournalEntry>>;
 }
 
-/// A lease asked for: `key` for `owner`, taken when free or expired at `now_ms`, held until
-/// `until_ms`.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseAsk<'a> {
-    pub key: &'a str,
-    pub owner: &'a str,
-    pub now_ms: i64,
-    pub until_ms: i64,
-}
-
 /// What [`LeaseStore::lease_claim_next`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LaneClaim {
@@ -68,13 +58,6 @@ pub enum LaneClaim {
     },
 }
 
-/// The claim's statement (`$1` session, `$2` owner, `$3` now, `$4` until).
-macro_rules! claim_sql {
-    () => {
-        $crate::storage::sql_text::lease_claim!("$1", "$2", "$3", "$4")
-    };
-}
-
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
@@ -87,7 +70,12 @@ macro_rules! sql {
                 until_ms: i64,
             ) -> $crate::storage::StoreResult<bool> {
                 // A write with RETURNING: read with fetch_all (see the module note).
-                let held: Vec<String> = sqlx::query_scalar(claim_sql!())
+                let held: Vec<String> = sqlx::query_scalar(
+                    "INSERT INTO session_leases (session_key, owner, expires_at) VALUES ($1, $2, $4) \
+                     ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+                     WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= $3 \
+                     RETURNING owner",
+                )
                     .bind(session_key)
                     .bind(owner)
                     .bind(now_ms)

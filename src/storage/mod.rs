@@ -45,7 +45,7 @@ pub use connect::{
 pub use effects::EffectStore;
 pub use jobs::{DueJobStore, JobStore};
 pub use journal::{JournalStore, MAX_TURN_ATTEMPTS};
-pub use leases::{LaneClaim, LeaseAsk, LeaseStore};
+pub use leases::{LaneClaim, LeaseStore};
 pub use limits::{LimitStore, RateCheck, ReachCount};
 pub use memories::{
     MemoryLinkStore, MemoryRow, MemoryStore, NewMemory, person_scope, scope_token, words_of,

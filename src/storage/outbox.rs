@@ -54,18 +54,6 @@ pub trait OutboxStore: Send + Sync {
         counted: bool,
     ) -> StoreResult<()>;
     async fn outbox_mark_rejected(&self, id: i64, error: &str) -> StoreResult<()>;
-    /// Delivery beside other processes: the conversation's delivery lease claimed (as
-    /// [`LeaseStore::lease_claim`]) and, when held, its due rows read (as
-    /// [`outbox_pending_in`](Self::outbox_pending_in) at `lease.now_ms`) in a statement after
-    /// the claim's. None: another process holds it.
-    async fn outbox_claim_pending_in(
-        &self,
-        channel: &str,
-        chat_id: &str,
-        thread_id: Option<&str>,
-        limit: i64,
-        lease: &LeaseAsk<'_>,
-    ) -> StoreResult<Option<Vec<OutboxEntry>>>;
     /// [`outbox_mark_delivered`](Self::outbox_mark_delivered) and `owner`'s lease
     /// `lease_key` given up, together (one round trip on PostgreSQL).
     async fn outbox_mark_delivered_release(
@@ -274,10 +262,6 @@ macro_rules! sql {
                 Ok(())
             }
 
-            async fn outbox_claim_pending_in(&self, channel: &str, chat_id: &str, thread_id: Option<&str>, limit: i64, lease: &LeaseAsk<'_>) -> $crate::storage::StoreResult<Option<Vec<$crate::storage::OutboxEntry>>> {
-                self.claim_pending_in(channel, chat_id, thread_id, limit, lease).await
-            }
-
             async fn outbox_mark_delivered_release(&self, delivered: &[(i64, Option<String>)], now_ms: i64, lease_key: &str, owner: &str) -> $crate::storage::StoreResult<()> {
                 self.mark_delivered_release(delivered, now_ms, lease_key, owner).await
             }
@@ -310,38 +294,9 @@ macro_rules! sql {
 sql!(super::SqliteStore, sqlx::Sqlite);
 sql!(super::PostgresStore, sqlx::Postgres);
 
-/// Delivery's claim, then the conversation's due rows in a statement of their own (both
-/// stores): a claim that waited for the lease row's lock keeps the snapshot it took before
-/// the wait, so reading in the same statement could see rows the lease's last holder marked
-/// delivered just before giving it up as still pending (they would go out twice).
-macro_rules! claim_then_read {
-    () => {
-        async fn claim_pending_in(
-            &self,
-            channel: &str,
-            chat_id: &str,
-            thread_id: Option<&str>,
-            limit: i64,
-            lease: &LeaseAsk<'_>,
-        ) -> StoreResult<Option<Vec<OutboxEntry>>> {
-            if !self
-                .lease_claim(lease.key, lease.owner, lease.now_ms, lease.until_ms)
-                .await?
-            {
-                return Ok(None);
-            }
-            let due = self
-                .outbox_pending_in(channel, chat_id, thread_id, limit, lease.now_ms)
-                .await?;
-            Ok(Some(due))
-        }
-    };
-}
-
 /// PostgreSQL: the delivered-mark and the release a single statement with a data-modifying
 /// CTE, atomic without a transaction.
 impl PostgresStore {
-    claim_then_read!();
     async fn mark_delivered_release(
         &self,
         delivered: &[(i64, Option<String>)],
@@ -366,8 +321,6 @@ impl PostgresStore {
 
 /// SQLite (one process): the same in two statements.
 impl SqliteStore {
-    claim_then_read!();
-
     async fn mark_delivered_release(
         &self,
         delivered: &[(i64, Option<String>)],

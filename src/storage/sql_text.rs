@@ -28,27 +28,6 @@ macro_rules! run_mail_insert {
     };
 }
 
-/// Take (or keep) a lease (`session_leases`) when free, expired at `now`, or already the
-/// owner's; returns the owner's row when held. The placeholders name the key, owner, now and
-/// until parameters of the statement it is part of.
-macro_rules! lease_claim {
-    ($key:literal, $owner:literal, $now:literal, $until:literal) => {
-        concat!(
-            "INSERT INTO session_leases (session_key, owner, expires_at) VALUES (",
-            $key,
-            ", ",
-            $owner,
-            ", ",
-            $until,
-            ") ON CONFLICT (session_key) DO UPDATE SET owner = excluded.owner, \
-             expires_at = excluded.expires_at WHERE session_leases.owner = excluded.owner \
-             OR session_leases.expires_at <= ",
-            $now,
-            " RETURNING owner"
-        )
-    };
-}
-
 /// A session's oldest pending journal entry (`$1` session).
 macro_rules! journal_next {
     () => {
@@ -58,7 +37,6 @@ macro_rules! journal_next {
 }
 
 pub(crate) use journal_next;
-pub(crate) use lease_claim;
 pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;
 pub(crate) use run_mail_insert;

@@ -1,10 +1,10 @@
 //! One store conformance suite, run against SQLite and PostgreSQL.
 
 use ferroclaw::storage::{
-    BudgetHold, JournalInsert, JournalState, LaneClaim, LeaseAsk, NewMemory, NewOutbound,
-    NewTranscriptEntry, NewUsage, OutboxState, PairingState, PostgresStore, RateCheck, ReachCount,
-    RunMode, RunRow, RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit,
-    UsageFilter, UsageGroup, person_scope,
+    BudgetHold, JournalInsert, JournalState, LaneClaim, NewMemory, NewOutbound, NewTranscriptEntry,
+    NewUsage, OutboxState, PairingState, PostgresStore, RateCheck, ReachCount, RunMode, RunRow,
+    RunState, SqliteStore, Store, StoreError, TranscriptRole, TurnCommit, UsageFilter, UsageGroup,
+    person_scope,
 };
 use ferroclaw_channel_core::{ChatKind, ChatRoute, InboundMessage, OutboundKind, Sender};
 use std::sync::Arc;
@@ -907,6 +907,29 @@ async fn admin_reads_filter_page_and_count(store: &dyn Store) {
     );
 }
 
+/// What the delivery worker does beside other processes: the conversation's delivery lease
+/// claimed (held until `now_ms + 100,000`), then, when held, its due rows on channel
+/// `deliver` read in a statement after the claim's. None: another holds it.
+async fn claim_then_read(
+    store: &dyn Store,
+    key: &str,
+    chat: &str,
+    thread: Option<&str>,
+    owner: &str,
+    now_ms: i64,
+) -> Result<Option<Vec<ferroclaw::storage::OutboxEntry>>, StoreError> {
+    if !store
+        .lease_claim(key, owner, now_ms, now_ms + 100_000)
+        .await?
+    {
+        return Ok(None);
+    }
+    let due = store
+        .outbox_pending_in("deliver", chat, thread, 10, now_ms)
+        .await?;
+    Ok(Some(due))
+}
+
 /// Delivery beside other processes: the conversation's lease claimed with its due rows, and
 /// the rows marked delivered with the lease given up.
 async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with_the_mark(
@@ -923,14 +946,7 @@ async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with
         .await
         .unwrap();
     let key = "delivery:deliver:c9:t";
-    let ask = |owner: &'static str, now_ms: i64| LeaseAsk {
-        key,
-        owner,
-        now_ms,
-        until_ms: now_ms + 100,
-    };
-    let due = store
-        .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("a", 10))
+    let due = claim_then_read(store, key, "c9", Some("t"), "a", 10)
         .await
         .unwrap()
         .expect("free: held");
@@ -941,8 +957,7 @@ async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with
     );
     assert_eq!(due[0].message.text, "one");
     assert_eq!(
-        store
-            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 20))
+        claim_then_read(store, key, "c9", Some("t"), "b", 20)
             .await
             .unwrap(),
         None,
@@ -953,8 +968,7 @@ async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with
         .await
         .unwrap();
     assert_eq!(
-        store
-            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 40))
+        claim_then_read(store, key, "c9", Some("t"), "b", 40)
             .await
             .unwrap(),
         None,
@@ -965,8 +979,7 @@ async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with
         .await
         .unwrap();
     assert_eq!(
-        store
-            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("b", 60))
+        claim_then_read(store, key, "c9", Some("t"), "b", 60)
             .await
             .unwrap(),
         Some(Vec::new()),
@@ -977,8 +990,7 @@ async fn a_conversation_s_deliveries_are_claimed_with_its_rows_and_released_with
         .await
         .unwrap();
     assert!(
-        store
-            .outbox_claim_pending_in("deliver", "c9", Some("t"), 10, &ask("a", 80))
+        claim_then_read(store, key, "c9", Some("t"), "a", 80)
             .await
             .unwrap()
             .is_some(),
@@ -1695,17 +1707,7 @@ async fn a_claim_that_waited_for_the_lease_reads_what_its_last_holder_committed(
         .unwrap();
     let claim = {
         let store = store.clone();
-        tokio::spawn(async move {
-            let ask = LeaseAsk {
-                key: lease,
-                owner: "b",
-                now_ms: 20,
-                until_ms: 100_000,
-            };
-            store
-                .outbox_claim_pending_in("deliver", "w1", None, 10, &ask)
-                .await
-        })
+        tokio::spawn(async move { claim_then_read(&*store, lease, "w1", None, "b", 20).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!claim.is_finished(), "b waits for the lease row");
