@@ -58,6 +58,7 @@ pub use run_steps::RunStepStore;
 pub use runs::RunStore;
 pub use sessions::SessionStore;
 pub use sqlite::SqliteStore;
+pub use sqlite_schema::fresh_image;
 pub use states::{
     JobKind, JobState, JournalState, MissedPolicy, OutboxState, PairingState, RunMode, RunState,
     TeamTaskStatus, TranscriptRole,

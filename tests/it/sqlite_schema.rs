@@ -1,7 +1,8 @@
-//! A fresh SQLite database is created from `migrations/sqlite_schema.sql` in one step; these
-//! tests hold that shortcut to what the migrations build one by one.
+//! A new SQLite database file is written from `migrations/sqlite_fresh.db.lz4`, and an empty
+//! one is given `migrations/sqlite_schema.sql` in one step; these tests hold both shortcuts to
+//! what the migrations build one by one.
 //!
-//! After adding a migration, rewrite the script with
+//! After adding a migration, rewrite the script and the image with
 //! `FERROCLAW_WRITE_SQLITE_SCHEMA=1 cargo test --workspace --test it sqlite_schema`.
 
 use ferroclaw::storage::{SqliteStore, Store};
@@ -12,6 +13,10 @@ use std::path::Path;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite_schema.sql");
+const IMAGE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/migrations/sqlite_fresh.db.lz4"
+);
 
 async fn pool(path: &Path) -> Pool<Sqlite> {
     SqlitePoolOptions::new()
@@ -80,6 +85,42 @@ fn script_of(schema: &[(String, String, String, Option<String>)], through: i64) 
     script
 }
 
+/// The image of a database the migrations built: copied into a new file, its migrations dated
+/// 1970 and timed 0, compacted (the same bytes each time it is made), switched to WAL,
+/// checkpointed and closed, so the file holds everything.
+async fn image_of(migrated: &Pool<Sqlite>, dir: &Path) -> Vec<u8> {
+    let path = dir.join("image.db");
+    sqlx::query(&format!("VACUUM INTO '{}'", path.display()))
+        .execute(migrated)
+        .await
+        .unwrap();
+    let image = pool(&path).await;
+    // Compacted again after the update: the rows' old versions stay in the page otherwise.
+    sqlx::query(
+        "UPDATE _sqlx_migrations SET installed_on = '1970-01-01 00:00:00', execution_time = 0",
+    )
+    .execute(&image)
+    .await
+    .unwrap();
+    sqlx::query("VACUUM").execute(&image).await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+        .fetch_one(&image)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&image)
+        .await
+        .unwrap();
+    image.close().await;
+    std::fs::read(&path).unwrap()
+}
+
+/// An SQLite file's header says WAL (bytes 18 and 19: the write and read versions, 2).
+fn in_wal(file: &[u8]) -> bool {
+    file.starts_with(b"SQLite format 3\0") && file[18] == 2 && file[19] == 2
+}
+
 /// A migrator with only the first `n` migrations (copied to `dir`).
 async fn first(n: usize, dir: &Path) -> Migrator {
     let mut files: Vec<_> =
@@ -108,7 +149,9 @@ async fn a_fresh_database_gets_what_the_migrations_build_one_by_one() {
         std::fs::write(SCRIPT, script_of(&schema(&one_by_one).await, last)).unwrap();
     }
 
+    // An empty file that is already there gets the script (a missing one, the image).
     let fresh_path = dir.path().join("b.db");
+    std::fs::write(&fresh_path, b"").unwrap();
     let store = SqliteStore::connect(&format!("sqlite://{}", fresh_path.display()))
         .await
         .unwrap();
@@ -133,6 +176,74 @@ async fn a_fresh_database_gets_what_the_migrations_build_one_by_one() {
         "migrations/sqlite_schema.sql is not the schema of migrations 1 to {last}; rewrite it \
          (see this file's doc)"
     );
+}
+
+#[tokio::test]
+async fn a_new_file_is_written_from_the_image_and_its_migrations_dated_at_the_first_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let one_by_one = pool(&dir.path().join("a.db")).await;
+    MIGRATOR.run(&one_by_one).await.unwrap();
+    // Rewritten first when asked (the binary embeds the old image until it is rebuilt).
+    if std::env::var_os("FERROCLAW_WRITE_SQLITE_SCHEMA").is_some() {
+        let image = image_of(&one_by_one, dir.path()).await;
+        std::fs::write(IMAGE, lz4_flex::compress_prepend_size(&image)).unwrap();
+    }
+
+    // The image is up to date: the migrations' schema and records, in WAL.
+    let image = ferroclaw::storage::fresh_image();
+    assert!(in_wal(&image), "the image is an SQLite file in WAL mode");
+    let image_path = dir.path().join("image-as-embedded.db");
+    std::fs::write(&image_path, &image).unwrap();
+    let embedded = pool(&image_path).await;
+    let stale = "migrations/sqlite_fresh.db.lz4 is not the database migrations/sqlite builds; \
+                 rewrite it (see this file's doc)";
+    assert_eq!(
+        objects(&embedded).await,
+        objects(&one_by_one).await,
+        "{stale}"
+    );
+    assert_eq!(
+        applied(&embedded).await,
+        applied(&one_by_one).await,
+        "{stale}"
+    );
+    embedded.close().await;
+
+    // A missing file is written from it before SQLite opens it: its owner's alone.
+    let path = dir.path().join("new.db");
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            meta.len(),
+            image.len() as u64,
+            "the image, not an empty file"
+        );
+    }
+    store.migrate().await.unwrap();
+    drop(store);
+    let opened = pool(&path).await;
+    assert_eq!(objects(&opened).await, objects(&one_by_one).await);
+    assert_eq!(applied(&opened).await, applied(&one_by_one).await);
+    let dated: Vec<String> = sqlx::query_scalar("SELECT installed_on FROM _sqlx_migrations")
+        .fetch_all(&opened)
+        .await
+        .unwrap();
+    assert!(
+        !dated.is_empty() && dated.iter().all(|d| d.as_str() > "2000"),
+        "dated when first opened, not 1970: {dated:?}"
+    );
+    // Nothing was left beside it.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".ferroclaw-new-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[tokio::test]
