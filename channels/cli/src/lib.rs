@@ -68,9 +68,17 @@ impl CliChannel {
             .is_empty()
     }
 
-    /// Print one line of the terminal's own (an answer to the prompt), after what is held.
+    /// Print one line of the terminal's own (an answer to the prompt). While a reply is being
+    /// streamed it is held, as a delivered message is, and printed after that reply's line:
+    /// a decision lets the turn go on at once, and its streamed answer may already be under
+    /// way (printed in between, the line split the answer in two).
     pub fn note(&self, line: &str) {
         let mut state = self.state.lock().expect("cli output lock");
+        if !state.streamed.is_empty() {
+            state.held.push_str(line);
+            state.held.push('\n');
+            return;
+        }
         let _ = writeln!(state.out, "{line}");
         let _ = state.out.flush();
     }
@@ -243,5 +251,30 @@ mod tests {
         .unwrap();
         let printed = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(printed, "Step 2 failed; continue?\n📋 card\n");
+    }
+
+    #[tokio::test]
+    async fn the_terminal_s_own_line_waits_for_a_streamed_reply_to_end() {
+        let out = Shared::default();
+        let cli = CliChannel::new(Box::new(out.clone()));
+        cli.note("✅ Approved.");
+        let route = message(0, OutboundKind::Reply, "", "m1").route;
+        cli.stream_delta(&route, "m1", "Error: denied t").await;
+        cli.note("🚫 Denied.");
+        cli.stream_delta(&route, "m1", "his call").await;
+        cli.deliver(&message(
+            1,
+            OutboundKind::Reply,
+            "Error: denied this call",
+            "m1",
+        ))
+        .await
+        .unwrap();
+        cli.note("no stream open: at once");
+        let printed = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            printed,
+            "✅ Approved.\nError: denied this call\n🚫 Denied.\nno stream open: at once\n"
+        );
     }
 }
