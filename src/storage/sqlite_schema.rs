@@ -83,7 +83,10 @@ impl SqliteStore {
         // (the connect options leave the journal mode alone). A fresh file is switched and
         // filled without waiting for the disk (the switch alone cost four fsyncs): it holds
         // nothing yet, and the first checkpoint makes it durable like every later commit.
-        if fresh {
+        // So is a file just written from the image (its first commit starts the WAL, which
+        // synchronised the WAL's header and the folder: two fsyncs).
+        let unsynchronised = fresh || self.from_image;
+        if unsynchronised {
             conn.execute("PRAGMA synchronous = OFF").await?;
         }
         let migrated = async {
@@ -105,7 +108,7 @@ impl SqliteStore {
             StoreResult::Ok(())
         }
         .await;
-        if fresh {
+        if unsynchronised {
             let restored = conn.execute("PRAGMA synchronous = NORMAL").await;
             if migrated.is_err() || restored.is_err() {
                 // Never back into the pool unsynchronised.
@@ -176,16 +179,21 @@ mod tests {
     #[tokio::test]
     async fn a_fresh_file_ends_in_wal_with_the_writer_synchronous_again() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("f.db").display());
-        let store = SqliteStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
-        // 1 = NORMAL: the unsynchronised creation does not outlive it.
-        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
-        drop(store);
-        // Later connections open the file in WAL without asking for it.
-        let store = SqliteStore::connect(&url).await.unwrap();
-        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
-        store.migrate().await.unwrap();
-        assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1));
+        // Written from the image (missing), and given the script (empty).
+        std::fs::write(dir.path().join("empty.db"), b"").unwrap();
+        for name in ["missing.db", "empty.db"] {
+            let url = format!("sqlite://{}", dir.path().join(name).display());
+            let store = SqliteStore::connect(&url).await.unwrap();
+            assert_eq!(store.from_image, name == "missing.db");
+            store.migrate().await.unwrap();
+            // 1 = NORMAL: the unsynchronised creation does not outlive it.
+            assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1), "{name}");
+            drop(store);
+            // Later connections open the file in WAL without asking for it.
+            let store = SqliteStore::connect(&url).await.unwrap();
+            assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1), "{name}");
+            store.migrate().await.unwrap();
+            assert_eq!(writer_modes(&store).await, ("wal".to_string(), 1), "{name}");
+        }
     }
 }
