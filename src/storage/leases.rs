@@ -171,9 +171,9 @@ impl PostgresStore {
         // One row, the entry's columns NULL when none is pending. The fence: every entry
         // anyone could have read before the lease was ours was committed before this read.
         let rows = sqlx::query(concat!(
-            "SELECT n.id, n.session_key, n.payload, \
-             (SELECT COALESCE(MAX(id), 0) FROM inbound) AS fence FROM (SELECT 1) AS one \
-             LEFT JOIN LATERAL (",
+            "SELECT n.id, n.session_key, n.payload, (",
+            sql_text::journal_fence!(),
+            ") AS fence FROM (SELECT 1) AS one LEFT JOIN LATERAL (",
             sql_text::journal_next!(),
             ") AS n ON true"
         ))
@@ -228,7 +228,7 @@ impl SqliteStore {
         {
             return Ok(LaneClaim::NotHeld);
         }
-        let fence: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM inbound")
+        let fence: i64 = sqlx::query_scalar(sql_text::journal_fence!())
             .fetch_one(&self.write)
             .await?;
         let next = self.journal_next(session_key).await?.map(Box::new);

@@ -184,19 +184,6 @@ macro_rules! rows {
 rows!(super::SqliteStore, sqlx::Sqlite);
 rows!(super::PostgresStore, sqlx::Postgres);
 
-/// One conversation's due rows (`$1` channel, `$2` limit, `$3` now, `$4` chat, `$5` thread).
-macro_rules! pending_in_sql {
-    () => {
-        concat!(
-            $crate::storage::sql_text::outbox_select!(),
-            "WHERE o.channel = $1 AND o.state = 'pending' \
-             AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 AND ",
-            $crate::storage::sql_text::outbox_not_held_back!(),
-            " ORDER BY o.id LIMIT $2"
-        )
-    };
-}
-
 macro_rules! sql {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
@@ -230,7 +217,11 @@ macro_rules! sql {
             }
 
             async fn outbox_pending_in(&self, channel: &str, chat_id: &str, thread_id: Option<&str>, limit: i64, now_ms: i64) -> $crate::storage::StoreResult<Vec<$crate::storage::OutboxEntry>> {
-                let rows = sqlx::query(pending_in_sql!())
+                let rows = sqlx::query(
+                    concat!($crate::storage::sql_text::outbox_select!(), "WHERE o.channel = $1 AND o.state = 'pending' \
+                     AND o.chat_id = $4 AND o.thread_id IS NOT DISTINCT FROM $5 \
+                     AND ", $crate::storage::sql_text::outbox_not_held_back!(), " ORDER BY o.id LIMIT $2"),
+                )
                 .bind(channel)
                 .bind(limit)
                 .bind(now_ms)

@@ -36,6 +36,14 @@ macro_rules! journal_next {
     };
 }
 
+/// The journal's highest id (0 when empty): a lane's fence (`LaneClaim::Held`).
+macro_rules! journal_fence {
+    () => {
+        "SELECT COALESCE(MAX(id), 0) FROM inbound"
+    };
+}
+
+pub(crate) use journal_fence;
 pub(crate) use journal_next;
 pub(crate) use outbox_not_held_back;
 pub(crate) use outbox_select;

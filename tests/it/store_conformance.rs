@@ -83,6 +83,19 @@ fn commit(
     }
 }
 
+/// `message` journalled as a new entry of session `key` at `at`.
+async fn journalled(
+    store: &dyn Store,
+    message: &InboundMessage,
+    key: &str,
+    at: i64,
+) -> ferroclaw::storage::JournalEntry {
+    match store.journal_insert(message, key, at).await.unwrap() {
+        JournalInsert::New(entry) => entry,
+        _ => panic!("{} was not journalled as new", message.platform_message_id),
+    }
+}
+
 async fn journal_deduplicates_per_channel_and_chat(store: &dyn Store) {
     let a = route("webhook:w", "c1", None);
     let b = route("webhook:w", "c2", None);
@@ -125,13 +138,7 @@ async fn journal_deduplicates_per_channel_and_chat(store: &dyn Store) {
 async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
     let r = route("cli", "s1", None);
     let key = r.session_key();
-    let JournalInsert::New(j) = store
-        .journal_insert(&inbound(&r, "x1", "q"), &key, 1)
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let j = journalled(store, &inbound(&r, "x1", "q"), &key, 1).await;
     let session = store.session_get_or_create(&key, &r, 1).await.unwrap();
     assert_eq!(session.epoch, 0);
     let ids = store
@@ -191,13 +198,7 @@ async fn a_turn_commits_atomically_and_only_once(store: &dyn Store) {
 
     // The refused commit left the writer outside any transaction: the next one lands, and
     // a turn with no bot message is marked answered too.
-    let JournalInsert::New(next) = store
-        .journal_insert(&inbound(&r, "x2", "q2"), &key, 2)
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let next = journalled(store, &inbound(&r, "x2", "q2"), &key, 2).await;
     let answer =
         |text: &'static str| commit(Some(next.id), &key, 0, vec![entry("user", text)], vec![]);
     let stored = async || {
@@ -1719,13 +1720,7 @@ async fn a_claim_that_waited_for_the_lease_reads_what_its_last_holder_committed(
     );
 
     // A lane: a's entry answered and its lease given up in one transaction.
-    let JournalInsert::New(entry) = store
-        .journal_insert(&inbound(&r, "w1m1", "hi"), &key, 5)
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let entry = journalled(&*store, &inbound(&r, "w1m1", "hi"), &key, 5).await;
     assert!(store.lease_claim(&key, "a", 10, 100_000).await.unwrap());
     let mut last = pool.begin().await.unwrap();
     sqlx::query("UPDATE inbound SET state = 'done' WHERE id = $1")
