@@ -1,9 +1,10 @@
 //! The one typed configuration tree (SPEC section 2).
 //!
 //! Owns loading (TOML file, then the `FERROCLAW__SECTION__KEY` environment overlay, layered
-//! by `figment`), validation into typed values, secret resolution (`*_env` keys name the
-//! variable holding the secret; values are wrapped in [`secrecy::SecretString`]) and the
-//! redacted rendering printed by `config check`. It does not start anything.
+//! by `figment`, read into the typed tree through `serde_json`), validation into typed
+//! values, secret resolution (`*_env` keys name the variable holding the secret; values are
+//! wrapped in [`secrecy::SecretString`]) and the redacted rendering printed by `config
+//! check`. It does not start anything.
 
 mod alerts;
 mod approvals;

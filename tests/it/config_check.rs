@@ -31,6 +31,36 @@ fn an_unknown_key_in_the_environment_is_rejected_naming_the_key() {
 }
 
 #[test]
+fn a_value_of_the_wrong_kind_names_its_key_and_the_layer_it_came_from() {
+    let out = check("[agent]\nmax_iterations = \"many\"\n", &[]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("agent.max_iterations: invalid type")
+            && out.stderr.contains("(from TOML file)"),
+        "{}",
+        out.stderr
+    );
+    let env = check("", &[("FERROCLAW__AGENT__MAX_ITERATIONS", "many")]);
+    assert_eq!(env.code, Some(2), "{}", env.stderr);
+    assert!(
+        env.stderr.contains("agent.max_iterations: invalid type")
+            && env.stderr.contains("environment variable"),
+        "{}",
+        env.stderr
+    );
+    // A key left out of an entry of a list: the entry's index in the key.
+    let missing = check("[[bindings]]\nchannel = \"cli\"\n", &[]);
+    assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .contains("bindings.0.agent: missing required key"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
 fn the_environment_overrides_the_file() {
     let out = check(
         "[storage]\nurl = \"sqlite://a.db\"\n",
