@@ -30,6 +30,7 @@ pub mod heap;
 pub mod http;
 pub mod import_openclaw;
 pub mod ingress;
+pub mod interned;
 pub mod lanes;
 pub mod mcp;
 pub mod media;

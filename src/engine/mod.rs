@@ -59,6 +59,8 @@ pub struct Engine {
     /// Each agent's tool specs where they differ from the registry's (`Tool::spec_for`),
     /// built once, not per turn.
     agent_specs: std::collections::HashMap<String, Vec<ToolSpec>>,
+    /// The lists of specs turns are offered, one of each held for all (`crate::interned`).
+    offered: crate::interned::Interned<ToolSpec>,
     transcriber: crate::media::Transcriber,
     /// Attachment URLs are fetched under the service's one address policy, the one
     /// `web_fetch` uses (`crate::egress`).
@@ -236,6 +238,7 @@ impl Engine {
             feature_commands,
             help,
             agent_specs,
+            offered: Default::default(),
             transcriber,
             attachment_fetch: egress,
         }
@@ -273,7 +276,7 @@ impl Engine {
                 *spec = narrowed.clone();
             }
         }
-        specs.into()
+        self.offered.share(specs, ToolSpec::shares)
     }
 
     /// The system prompt of a call: the persona's, the features' sections (a skill menu),

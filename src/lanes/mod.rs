@@ -208,7 +208,10 @@ impl Lanes {
 impl Inner {
     async fn run_lane(self: Arc<Self>, key: String) {
         if self.leases.is_some() {
-            self.run_leased_lane(key).await;
+            // Boxed: the leased lane's future is the larger (the journal's next entry and
+            // the lease held beside the turn), and without it every local lane's task was
+            // sized for it: 8.0 KB a turn in flight where 6.6 do (10,000 in flight: 14 MB).
+            Box::pin(self.run_leased_lane(key)).await;
         } else {
             self.run_local_lane(key).await;
         }
@@ -379,7 +382,7 @@ impl Inner {
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => return Worked::Held,
-                () = self.handle_with_retry(&entry, &stop) => {}
+                () = self.handle_with_retry(entry, &stop) => {}
             }
             if let Some(lane) = self.lanes.lock().expect("lanes lock").get_mut(key) {
                 lane.running = None;
@@ -411,6 +414,11 @@ impl Inner {
                     Some(entry) => {
                         crate::metrics::lane_depth(-1.0);
                         lane.running = Some(stop.clone());
+                        // Mostly the one message: the emptied queue's buffer is let go, not
+                        // held beside the turn (10,000 in flight: 3 MB).
+                        if lane.queue.is_empty() {
+                            lane.queue = VecDeque::new();
+                        }
                         entry
                     }
                     None => {
@@ -426,7 +434,7 @@ impl Inner {
                     forget(&mut self.lanes.lock().expect("lanes lock"), &key);
                     break;
                 }
-                () = self.handle_with_retry(&next, &stop) => {}
+                () = self.handle_with_retry(next, &stop) => {}
             }
             if let Some(lane) = self.lanes.lock().expect("lanes lock").get_mut(&key) {
                 lane.running = None;
@@ -434,11 +442,11 @@ impl Inner {
         }
     }
 
-    async fn handle_with_retry(&self, entry: &JournalEntry, stop: &CancellationToken) {
+    /// Taken by value: the lane's task holds one copy of the entry while its turn runs.
+    async fn handle_with_retry(&self, mut entry: JournalEntry, stop: &CancellationToken) {
         // A turn found unfinished on start is counted before the model is called: a message
         // whose turn kills the process (an abort no unwind can catch) is given up after a few
         // restarts, not replayed into the same crash forever.
-        let mut entry = entry.clone();
         if entry.redo {
             match self.handler.begin_attempt(&entry).await {
                 Ok(redone) if redone >= MAX_TURN_ATTEMPTS => {

@@ -79,6 +79,8 @@ pub struct Personas {
     max_depth: u32,
     /// `subagents.models`: models any spawn may name.
     spawn_models: Vec<String>,
+    /// The lists of tool names people's turns are offered, one of each held for all.
+    offers: crate::interned::Interned<String>,
 }
 
 /// Whether an agent is a member of a team (a team task's run needs no `may_delegate` link).
@@ -114,6 +116,7 @@ impl Personas {
             host_exec: config.tools.host_exec,
             max_depth: config.subagents.max_depth,
             spawn_models: config.subagents.models.clone(),
+            offers: Default::default(),
         }
     }
 
@@ -181,7 +184,9 @@ impl Personas {
         let exec = self.exec_place(session_key, false);
         let agent = self.agents.of_session(session_key).clone();
         Persona {
-            tools: self.offer(&agent, spawning, exec.is_some()).into(),
+            tools: self
+                .offers
+                .share(self.offer(&agent, spawning, exec.is_some()), String::eq),
             system: agent.system_prompt.clone(),
             exec,
             model,

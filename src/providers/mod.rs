@@ -117,6 +117,18 @@ pub struct ToolSpec {
     pub parameters: Schema,
 }
 
+impl ToolSpec {
+    /// The same spec: its three parts are the very ones `other` points at (what a turn's
+    /// list of specs is shared by, `crate::interned`; comparing the schemas' trees would
+    /// cost each turn more than the copy it saves).
+    pub fn shares(&self, other: &ToolSpec) -> bool {
+        use std::sync::Arc;
+        Arc::ptr_eq(&self.name, &other.name)
+            && Arc::ptr_eq(&self.description, &other.description)
+            && Arc::ptr_eq(&self.parameters.value, &other.parameters.value)
+    }
+}
+
 /// A tool's parameter schema and its JSON text, written once: a request body copies the
 /// text instead of walking the tree (serialising the schemas on every call was a tenth of a
 /// webhook turn's instructions, measured with callgrind). Reads as the `Value` it holds.
