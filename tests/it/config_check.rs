@@ -9,54 +9,45 @@ fn check(config: &str, env: &[(&str, &str)]) -> Finished {
     run(dir.path(), &["config", "check", "-c", "c.toml"], "", env)
 }
 
+/// What `config check` printed for a configuration it refused (exit 2).
+fn refused(config: &str, env: &[(&str, &str)]) -> String {
+    let out = check(config, env);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    out.stderr
+}
+
 #[test]
 fn an_unknown_key_is_rejected_naming_the_key() {
-    let out = check("[server]\nlisten = \"127.0.0.1:1\"\nlistne = 3\n", &[]);
-    assert_eq!(out.code, Some(2), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("server.listne: unknown key"),
-        "{}",
-        out.stderr
-    );
-    let top = check("[bogus]\nx = 1\n", &[]);
-    assert_eq!(top.code, Some(2));
-    assert!(top.stderr.contains("bogus: unknown key"), "{}", top.stderr);
+    let out = refused("[server]\nlisten = \"127.0.0.1:1\"\nlistne = 3\n", &[]);
+    assert!(out.contains("server.listne: unknown key"), "{out}");
+    let top = refused("[bogus]\nx = 1\n", &[]);
+    assert!(top.contains("bogus: unknown key"), "{top}");
 }
 
 #[test]
 fn an_unknown_key_in_the_environment_is_rejected_naming_the_key() {
-    let out = check("", &[("FERROCLAW__SERVER__NOPE", "1")]);
-    assert_eq!(out.code, Some(2), "{}", out.stderr);
-    assert!(out.stderr.contains("server.nope"), "{}", out.stderr);
+    let out = refused("", &[("FERROCLAW__SERVER__NOPE", "1")]);
+    assert!(out.contains("server.nope"), "{out}");
 }
 
 #[test]
 fn a_value_of_the_wrong_kind_names_its_key_and_the_layer_it_came_from() {
-    let out = check("[agent]\nmax_iterations = \"many\"\n", &[]);
-    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let wrong = "agent.max_iterations: invalid type";
+    let file = refused("[agent]\nmax_iterations = \"many\"\n", &[]);
     assert!(
-        out.stderr.contains("agent.max_iterations: invalid type")
-            && out.stderr.contains("(from TOML file)"),
-        "{}",
-        out.stderr
+        file.contains(wrong) && file.contains("(from TOML file)"),
+        "{file}"
     );
-    let env = check("", &[("FERROCLAW__AGENT__MAX_ITERATIONS", "many")]);
-    assert_eq!(env.code, Some(2), "{}", env.stderr);
+    let env = refused("", &[("FERROCLAW__AGENT__MAX_ITERATIONS", "many")]);
     assert!(
-        env.stderr.contains("agent.max_iterations: invalid type")
-            && env.stderr.contains("environment variable"),
-        "{}",
-        env.stderr
+        env.contains(wrong) && env.contains("environment variable"),
+        "{env}"
     );
     // A key left out of an entry of a list: the entry's index in the key.
-    let missing = check("[[bindings]]\nchannel = \"cli\"\n", &[]);
-    assert_eq!(missing.code, Some(2), "{}", missing.stderr);
+    let missing = refused("[[bindings]]\nchannel = \"cli\"\n", &[]);
     assert!(
-        missing
-            .stderr
-            .contains("bindings.0.agent: missing required key"),
-        "{}",
-        missing.stderr
+        missing.contains("bindings.0.agent: missing required key"),
+        "{missing}"
     );
 }
 
@@ -80,13 +71,12 @@ fn the_environment_overrides_the_file() {
 
 #[test]
 fn a_missing_secret_for_an_enabled_channel_names_its_key() {
-    let out = check(
+    let out = refused(
         "[channels.telegram]\nenabled = true\ntoken_env = \"FC_TEST_UNSET_TOKEN\"\n[channels.webhook.main]\nsecret_env = \"FC_TEST_UNSET_SECRET\"\n",
         &[],
     );
-    assert_eq!(out.code, Some(2));
-    let lines: Vec<&str> = out.stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "one line per problem: {}", out.stderr);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per problem: {}", out);
     assert!(lines.iter().any(|l| l.contains("channels.telegram.token_env") && l.contains("FC_TEST_UNSET_TOKEN")));
     assert!(
         lines
@@ -97,24 +87,22 @@ fn a_missing_secret_for_an_enabled_channel_names_its_key() {
 
 #[test]
 fn an_unknown_provider_in_the_model_chain_names_the_key() {
-    let out = check(
+    let out = refused(
         "[agent]\nmodel = \"nope/x\"\nfallbacks = [\"openai/ok\", \"ghost/y\", \"noslash\"]\n",
         &[],
     );
-    assert_eq!(out.code, Some(2));
     assert!(
-        out.stderr.contains("agent.model: unknown provider `nope`"),
+        out.contains("agent.model: unknown provider `nope`"),
         "{}",
-        out.stderr
+        out
     );
     assert!(
-        out.stderr
-            .contains("agent.fallbacks[1]: unknown provider `ghost`"),
+        out.contains("agent.fallbacks[1]: unknown provider `ghost`"),
         "{}",
-        out.stderr
+        out
     );
-    assert!(out.stderr.contains("agent.fallbacks[2]"), "{}", out.stderr);
-    assert!(!out.stderr.contains("agent.fallbacks[0]"), "{}", out.stderr);
+    assert!(out.contains("agent.fallbacks[2]"), "{}", out);
+    assert!(!out.contains("agent.fallbacks[0]"), "{}", out);
 }
 
 #[test]
@@ -228,27 +216,17 @@ fn migrate_creates_the_database_and_every_subcommand_has_help() {
 
 #[test]
 fn telegram_webhook_mode_needs_a_public_url_and_discord_its_token() {
-    let out = check(
+    let out = refused(
         "[channels.telegram]\nenabled = true\nmode = \"webhook\"\ntoken_env = \"FC_TG_SET\"\n[channels.discord]\nenabled = true\ntoken_env = \"FC_DC_UNSET\"\n",
         &[("FC_TG_SET", "1:abc")],
     );
-    assert_eq!(out.code, Some(2));
+    assert!(out.contains("server.public_url: must be set"), "{}", out);
     assert!(
-        out.stderr.contains("server.public_url: must be set"),
+        out.contains("channels.discord.token_env: environment variable FC_DC_UNSET is not set"),
         "{}",
-        out.stderr
+        out
     );
-    assert!(
-        out.stderr
-            .contains("channels.discord.token_env: environment variable FC_DC_UNSET is not set"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        !out.stderr.contains("channels.telegram.token_env"),
-        "{}",
-        out.stderr
-    );
+    assert!(!out.contains("channels.telegram.token_env"), "{}", out);
 }
 
 #[test]
