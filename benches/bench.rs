@@ -574,8 +574,8 @@ async fn in_flight(bin: &std::path::Path, n: usize, link: Link) -> Burst {
     println!(
         "{n} conversations over {} (answers held until all calls are open, then streamed over 3 s): \
          all accepted in {:.1} s, {} model calls open at once at most, all answered in {:.1} s, \
-         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.0} MB, 15 s after {:.0} MB \
-         and 30 s after {:.0} MB (idle {idle_mb:.1} MB), service CPU per turn {:.3} ms",
+         peak RSS {:.0} MB ({:.1} KB per in-flight turn above idle), RSS 2 s after {:.1} MB, 15 s after {:.1} MB \
+         and 30 s after {:.1} MB (idle {idle_mb:.1} MB), service CPU per turn {:.3} ms",
         link.name(),
         accepted.as_secs_f64(),
         open_calls.most.load(Ordering::SeqCst),

@@ -34,6 +34,15 @@ mod tunables {
     pub(super) const TUNABLES: &str = "GLIBC_TUNABLES";
     /// The tunable that turns glibc's per-thread caches of freed chunks off.
     const THREAD_CACHE: &str = "glibc.malloc.tcache_count";
+    /// The tunable that fixes how much free memory at the top of a heap is kept rather than
+    /// handed back. glibc's default (128 KB) rises to twice the largest block it has freed
+    /// from its own mapping (up to 64 MB), and `malloc_trim` trims only the main heap's top,
+    /// not a thread arena's: after a burst each worker's and SQLite writer's arena kept
+    /// 0.3–1.4 MB free yet resident at its top. Set, it stays at the default, and a free that
+    /// leaves a larger top hands the rest back.
+    const TOP_KEPT: &str = "glibc.malloc.trim_threshold";
+    /// What [`TOP_KEPT`] is set to: glibc's own default, made fixed.
+    const TOP_KEPT_BYTES: u32 = 128 << 10;
     /// Set across the re-exec: what [`TUNABLES`] held before it (empty: unset), put back so
     /// the programs the service starts see the operator's environment.
     pub(super) const TUNABLES_BEFORE: &str = "FERROCLAW_GLIBC_TUNABLES_BEFORE";
@@ -55,15 +64,22 @@ mod tunables {
         if let Some(before) = before {
             return Tuning::Restore((!before.is_empty()).then_some(before));
         }
+        let ours = |operators: &str| {
+            let mut ours = format!("{THREAD_CACHE}=0");
+            if !operators.contains(TOP_KEPT) {
+                ours.push_str(&format!(":{TOP_KEPT}={TOP_KEPT_BYTES}"));
+            }
+            ours
+        };
         match tunables {
             Some(Err(())) => Tuning::Leave,
             Some(Ok(value)) if value.contains(THREAD_CACHE) => Tuning::Leave,
             Some(Ok(value)) if !value.is_empty() => Tuning::Reexec {
-                value: format!("{value}:{THREAD_CACHE}=0"),
+                value: format!("{value}:{}", ours(&value)),
                 before: value,
             },
             _ => Tuning::Reexec {
-                value: format!("{THREAD_CACHE}=0"),
+                value: ours(""),
                 before: String::new(),
             },
         }
@@ -77,8 +93,10 @@ mod tunables {
 /// heap, kept about 7 MB resident (10,000 calls in flight: 23 MB 30 s after with the
 /// caches, 15 MB without; turns/s and CPU per turn alike, README, Benchmarks). glibc reads
 /// the setting only when a process starts, hence the re-exec (same process id, name,
-/// arguments and environment; it costs start-up a second program load, 2–3 ms). An operator's own
-/// `GLIBC_TUNABLES` naming `tcache_count` is kept; the re-executed process puts the
+/// arguments and environment; it costs start-up a second program load, 2–3 ms). The same
+/// start fixes the free memory a heap keeps at its top at glibc's default (`trim_threshold`,
+/// see `tunables`). An operator's own `GLIBC_TUNABLES` naming `tcache_count` is kept as it
+/// is (one naming `trim_threshold` keeps that); the re-executed process puts the
 /// variable back as it was, so the programs it starts (MCP servers, hooks, the sandbox's
 /// shell) run with the operator's environment. Call first thing in `main`, before any
 /// thread starts; on failure (no `/proc`) the program simply goes on.
@@ -434,25 +452,29 @@ Swap:                  4 kB
     }
 
     #[test]
-    fn the_thread_caches_are_turned_off_once_and_an_operators_choice_is_kept() {
+    fn the_thread_caches_are_turned_off_and_the_top_kept_fixed_once_and_an_operators_choice_is_kept()
+     {
         use super::tunables::{Tuning, tuning};
         let reexec = |value: &str, before: &str| Tuning::Reexec {
             value: value.into(),
             before: before.into(),
         };
-        assert_eq!(
-            tuning(None, None),
-            reexec("glibc.malloc.tcache_count=0", "")
-        );
-        assert_eq!(
-            tuning(Some(Ok(String::new())), None),
-            reexec("glibc.malloc.tcache_count=0", "")
-        );
+        let ours = "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=131072";
+        assert_eq!(tuning(None, None), reexec(ours, ""));
+        assert_eq!(tuning(Some(Ok(String::new())), None), reexec(ours, ""));
         assert_eq!(
             tuning(Some(Ok("glibc.malloc.arena_max=2".into())), None),
             reexec(
-                "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0",
+                &format!("glibc.malloc.arena_max=2:{ours}"),
                 "glibc.malloc.arena_max=2"
+            )
+        );
+        // An operator's own trim threshold is kept; the caches still go.
+        assert_eq!(
+            tuning(Some(Ok("glibc.malloc.trim_threshold=1".into())), None),
+            reexec(
+                "glibc.malloc.trim_threshold=1:glibc.malloc.tcache_count=0",
+                "glibc.malloc.trim_threshold=1"
             )
         );
         assert_eq!(
