@@ -452,8 +452,7 @@ Swap:                  4 kB
     }
 
     #[test]
-    fn the_thread_caches_are_turned_off_and_the_top_kept_fixed_once_and_an_operators_choice_is_kept()
-     {
+    fn the_allocator_is_tuned_once_and_an_operators_choice_is_kept() {
         use super::tunables::{Tuning, tuning};
         let reexec = |value: &str, before: &str| Tuning::Reexec {
             value: value.into(),
