@@ -64,24 +64,23 @@ mod tunables {
         if let Some(before) = before {
             return Tuning::Restore((!before.is_empty()).then_some(before));
         }
-        let ours = |operators: &str| {
-            let mut ours = format!("{THREAD_CACHE}=0");
-            if !operators.contains(TOP_KEPT) {
-                ours.push_str(&format!(":{TOP_KEPT}={TOP_KEPT_BYTES}"));
-            }
-            ours
+        let operators = match tunables {
+            Some(Err(())) => return Tuning::Leave,
+            Some(Ok(value)) if value.contains(THREAD_CACHE) => return Tuning::Leave,
+            Some(Ok(value)) => value,
+            None => String::new(),
         };
-        match tunables {
-            Some(Err(())) => Tuning::Leave,
-            Some(Ok(value)) if value.contains(THREAD_CACHE) => Tuning::Leave,
-            Some(Ok(value)) if !value.is_empty() => Tuning::Reexec {
-                value: format!("{value}:{}", ours(&value)),
-                before: value,
-            },
-            _ => Tuning::Reexec {
-                value: ours(""),
-                before: String::new(),
-            },
+        let mut value = operators.clone();
+        if !value.is_empty() {
+            value.push(':');
+        }
+        value.push_str(&format!("{THREAD_CACHE}=0"));
+        if !operators.contains(TOP_KEPT) {
+            value.push_str(&format!(":{TOP_KEPT}={TOP_KEPT_BYTES}"));
+        }
+        Tuning::Reexec {
+            value,
+            before: operators,
         }
     }
 }

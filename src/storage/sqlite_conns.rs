@@ -106,8 +106,8 @@ impl SqliteConns {
     }
 
     /// Let the idle connections' caches go: their prepared statements (a turn's statements
-    /// held about 2 MB on the writer; each is prepared again at its next use, tens of
-    /// microseconds) and their page caches (`PRAGMA shrink_memory`: a burst fills them, a
+    /// held about 2 MB on the writer; each is prepared again at its next use) and their
+    /// page caches (`PRAGMA shrink_memory`: a burst fills them, a
     /// few MB, and SQLite keeps the pages for as long as the connection lives). Connections
     /// in use are left alone; the next statements read pages back as needed.
     pub async fn shrink_idle(&self) {

@@ -376,8 +376,8 @@ async fn the_status_page_shows_a_running_subagent_tree_in_a_real_browser() {
 
 /// The service runs with glibc's per-thread caches off (memory after a burst goes back,
 /// src/heap.rs): it starts itself again once with `GLIBC_TUNABLES` naming
-/// `tcache_count=0` and a fixed `trim_threshold` beside what the operator set, and the programs it starts (an MCP
-/// server here) see the operator's variable as it was.
+/// `tcache_count=0` and a fixed `trim_threshold` beside what the operator set, and the
+/// programs it starts (an MCP server here) see the operator's variable as it was.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_service_runs_without_thread_caches_and_its_children_see_the_operators_tunables() {
     let llm = LlmStandIn::echo().await;
